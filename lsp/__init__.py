@@ -1,0 +1,1 @@
+"""The pygls language server: the only package that speaks LSP."""
