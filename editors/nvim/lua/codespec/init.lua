@@ -1,0 +1,197 @@
+-- codespec: inline (ghost text) code completion from `codespec serve --stdio`.
+-- Neovim >= 0.12 uses the native vim.lsp.inline_completion; 0.10 / 0.11 use codespec.ghost.
+local compat = require("codespec.compat")
+
+local M = {}
+
+M.defaults = {
+  cmd = { "codespec", "serve", "--stdio" },
+  -- Extra server flags; nil leaves the server's own default.
+  model = nil, -- e.g. "bundled:qwen2.5-coder-1.5b" or "tiny"
+  draft = nil, -- e.g. "bundled:qwen2.5-coder-0.5b"
+  device = nil, -- "auto" | "cpu" | "cuda" | "mps"
+  streaming = false, -- ghost text grows while the server generates (codespec/partialCompletion)
+  filetypes = {
+    "python", "javascript", "javascriptreact", "typescript", "typescriptreact", "go", "rust", "java",
+    "c", "cpp", "ruby", "lua", "sh", "bash",
+  },
+  root_markers = { ".git", "pyproject.toml", "package.json", "go.mod", "Cargo.toml" },
+  debounce_ms = 75,
+  native = "auto", -- "auto": native inline completion when Neovim has it; false: always the plugin's own
+  hl_group = "CodespecSuggestion",
+  keymaps = {
+    accept = "<Tab>", -- falls back to the key's normal meaning when no suggestion is shown
+    accept_word = "<M-Right>",
+    accept_line = "<M-C-Right>",
+    dismiss = "<C-]>",
+  },
+}
+
+M.config = vim.deepcopy(M.defaults)
+M.enabled = true
+
+--- The server command line with the model / draft / device flags appended.
+function M.server_cmd(config)
+  local cmd = vim.deepcopy(config.cmd)
+  for _, flag in ipairs({ "model", "draft", "device" }) do
+    if config[flag] then
+      vim.list_extend(cmd, { "--" .. flag, tostring(config[flag]) })
+    end
+  end
+  return cmd
+end
+
+function M.uses_native(config)
+  config = config or M.config
+  if config.native == "auto" then
+    return compat.has_native_inline
+  end
+  return config.native == true and compat.has_native_inline
+end
+
+local function lsp_config(config)
+  local ghost = require("codespec.ghost")
+  return {
+    name = "codespec",
+    cmd = M.server_cmd(config),
+    filetypes = config.filetypes,
+    root_markers = config.root_markers,
+    init_options = { streaming = config.streaming and not M.uses_native(config) },
+    handlers = {
+      ["codespec/partialCompletion"] = function(_, params, ctx)
+        ghost.on_partial(params, ctx)
+      end,
+    },
+  }
+end
+
+--- Neovim 0.10 has no vim.lsp.config / vim.lsp.enable: start the client from a FileType autocmd.
+local function start_on_filetype(config)
+  local group = vim.api.nvim_create_augroup("codespec_start", { clear = true })
+  local client_config = lsp_config(config)
+  vim.api.nvim_create_autocmd("FileType", {
+    group = group,
+    pattern = config.filetypes,
+    callback = function(args)
+      if not M.enabled or vim.bo[args.buf].buftype ~= "" then
+        return
+      end
+      local start_config = vim.deepcopy(client_config)
+      start_config.root_dir = vim.fs.root(args.buf, config.root_markers)
+      vim.lsp.start(start_config, { bufnr = args.buf })
+    end,
+  })
+end
+
+local function start_client(config)
+  if vim.lsp.config and vim.lsp.enable then
+    vim.lsp.config("codespec", lsp_config(config))
+    vim.lsp.enable("codespec")
+  else
+    start_on_filetype(config)
+  end
+end
+
+--- The <Tab> of Neovim >= 0.12: accept the native suggestion when one is shown, else a normal <Tab>.
+local function map_native_accept(key)
+  vim.keymap.set("i", key, function()
+    if not vim.lsp.inline_completion.get() then
+      return key
+    end
+  end, { expr = true, replace_keycodes = true, desc = "codespec: accept suggestion" })
+end
+
+function M.setup(opts)
+  M.config = vim.tbl_deep_extend("force", vim.deepcopy(M.defaults), opts or {})
+  vim.api.nvim_set_hl(0, "CodespecSuggestion", { link = "Comment", default = true })
+  start_client(M.config)
+  if M.uses_native(M.config) then
+    vim.lsp.inline_completion.enable(true)
+    if M.config.keymaps.accept then
+      map_native_accept(M.config.keymaps.accept)
+    end
+  else
+    require("codespec.ghost").setup(M.config)
+  end
+end
+
+function M.get_client(bufnr)
+  return vim.lsp.get_clients({ bufnr = bufnr or 0, name = "codespec" })[1]
+    or vim.lsp.get_clients({ name = "codespec" })[1]
+end
+
+function M.set_enabled(enabled)
+  M.enabled = enabled
+  if M.uses_native() then
+    vim.lsp.inline_completion.enable(enabled)
+  elseif not enabled then
+    require("codespec.ghost").dismiss()
+  end
+end
+
+--- Server-side stats (`codespec/stats`) and, without native inline completion, the plugin's counters.
+function M.stats(timeout_ms)
+  local client = M.get_client()
+  local server, err = nil, nil
+  if client then
+    local response, request_err = compat.request_sync(client, "codespec/stats", vim.empty_dict(), timeout_ms or 2000)
+    if response and response.result then
+      server = response.result
+    else
+      err = (response and response.err and response.err.message) or request_err or "no answer"
+    end
+  else
+    err = "codespec is not attached"
+  end
+  local plugin = (not M.uses_native()) and require("codespec.ghost").counters or nil
+  return { server = server, plugin = plugin, error = err }
+end
+
+local function format_number(value, suffix)
+  if type(value) ~= "number" then
+    return "-"
+  end
+  return string.format("%.1f%s", value, suffix or "")
+end
+
+--- Human-readable lines for :CodespecStats.
+function M.stats_lines(stats)
+  local lines = {}
+  local server = stats.server
+  if server then
+    local latency = server.latency_ms or {}
+    table.insert(lines, string.format("latency p50 %s  p90 %s  p99 %s",
+      format_number(latency.p50, " ms"), format_number(latency.p90, " ms"), format_number(latency.p99, " ms")))
+    if type(server.acceptance_rate) == "number" then
+      table.insert(lines, string.format("acceptance %s", format_number(server.acceptance_rate * 100, "%")))
+    end
+    for _, key in ipairs(vim.tbl_keys(server)) do
+      local value = server[key]
+      if key ~= "latency_ms" and key ~= "acceptance_rate" and type(value) ~= "table" then
+        table.insert(lines, string.format("%s: %s", key, tostring(value)))
+      end
+    end
+    table.sort(lines, function(a, b)
+      local ka, kb = a:match("^latency") and 0 or a:match("^acceptance") and 1 or 2,
+        b:match("^latency") and 0 or b:match("^acceptance") and 1 or 2
+      return ka ~= kb and ka < kb or (ka == kb and a < b)
+    end)
+  else
+    table.insert(lines, "server: " .. tostring(stats.error))
+  end
+  if stats.plugin then
+    local counters = {}
+    for key, value in pairs(stats.plugin) do
+      table.insert(counters, key .. "=" .. tostring(value))
+    end
+    table.sort(counters)
+    table.insert(lines, "plugin: " .. table.concat(counters, " "))
+  end
+  return lines
+end
+
+function M.show_stats()
+  vim.api.nvim_echo({ { table.concat(M.stats_lines(M.stats()), "\n") } }, true, {})
+end
+
+return M

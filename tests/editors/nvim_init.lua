@@ -1,0 +1,13 @@
+-- Headless test config: the plugin from this checkout, the server command from $CODESPEC_TEST_CMD
+-- (a JSON list), streaming from $CODESPEC_TEST_STREAMING, nothing from the user's config.
+local root = vim.fn.fnamemodify(debug.getinfo(1, "S").source:sub(2), ":p:h:h:h")
+vim.opt.runtimepath:prepend(root .. "/editors/nvim")
+vim.opt.swapfile = false
+vim.opt.shadafile = "NONE"
+vim.cmd("runtime plugin/codespec.lua")
+require("codespec").setup({
+  cmd = vim.json.decode(vim.env.CODESPEC_TEST_CMD),
+  streaming = vim.env.CODESPEC_TEST_STREAMING == "1",
+  debounce_ms = tonumber(vim.env.CODESPEC_TEST_DEBOUNCE_MS or "20"),
+  root_markers = {},
+})
