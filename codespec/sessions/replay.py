@@ -1,0 +1,677 @@
+"""Replay codespec-session files against any LSP server over stdio and measure what a user would see.
+
+The client side speaks JSON-RPC itself (Content-Length framing over the server's pipes) rather than
+through pygls's LanguageClient: session messages are raw JSON that must reach the server byte-for-byte
+whatever server it is (no lsprotocol round trip that would drop or reshape unknown fields), the send and
+receive instants must be taken right at the pipe, and the replayer has to see responses that a library
+client would swallow (answers after a cancellation, duplicates, responses to unknown methods).
+
+Per document the replayer behaves like VS Code: when it sends a newer inline-completion request it
+first sends `$/cancelRequest` for the older one if that is still unanswered. After each cancel it can
+send a probe (a request for an unknown method, which LSP servers answer at once with MethodNotFound):
+the server answers in the order it reads, so an items answer that arrives after the probe's answer was
+produced after the server had read the cancellation - a timing-free check of "nothing answered after
+its cancellation".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shlex
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from codespec.errors import CodespecError
+from codespec.sessions.format import (
+    DID_CLOSE,
+    INLINE_COMPLETION,
+    DocumentSet,
+    Session,
+    TextBuffer,
+    is_notification,
+)
+
+# LSP error codes that mean "cancelled" rather than "failed".
+CANCEL_CODES = {-32800, -32801, -32802}  # RequestCancelled, ContentModified, ServerCancelled
+METHOD_NOT_FOUND = -32601
+PROBE_METHOD = "codespec/replayProbe"
+OUTCOMES = ("items", "null", "cancelled", "error", "missing")
+
+
+def default_server_command() -> list[str]:
+    return [sys.executable, "-m", "codespec.cli", "serve", "--stdio"]
+
+
+# ----------------------------------------------------------------------------------------------
+# JSON-RPC over a subprocess's stdio
+
+
+class ServerExited(CodespecError):
+    pass
+
+
+class LspConnection:
+    """A server subprocess and the JSON-RPC stream to it. Responses resolve futures by id; requests
+    from the server get a null (or per-item null) answer; notifications are counted."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self._next_id = 0
+        self._waiting: dict[int, asyncio.Future[tuple[dict[str, Any], float]]] = {}
+        self.on_response: Callable[[int, dict[str, Any], float], None] | None = None
+        self.notifications: dict[str, int] = {}
+        self.stderr_tail: deque[str] = deque(maxlen=40)
+        self.closed = asyncio.get_running_loop().create_future()
+        self._tasks = [asyncio.create_task(self._read_loop()), asyncio.create_task(self._read_stderr())]
+
+    @classmethod
+    async def start(cls, command: Sequence[str], env: dict[str, str] | None = None) -> LspConnection:
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *command,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env={**os.environ, **(env or {})},
+                limit=1 << 24,
+            )
+        except OSError as exc:
+            raise CodespecError(f"cannot start the server {shlex.join(command)}: {exc.strerror}") from None
+        return cls(proc)
+
+    def new_id(self) -> int:
+        self._next_id += 1
+        return self._next_id
+
+    def _write(self, message: dict[str, Any]) -> float:
+        body = json.dumps({"jsonrpc": "2.0", **message}, separators=(",", ":")).encode("utf-8")
+        assert self.proc.stdin is not None
+        now = time.perf_counter()
+        self.proc.stdin.write(b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        return now
+
+    def notify(self, method: str, params: Any = None) -> float:
+        return self._write({"method": method, **({"params": params} if params is not None else {})})
+
+    def request(self, method: str, params: Any = None, msg_id: int | None = None) -> tuple[int, float]:
+        """Send a request; returns (id, send instant). Use `wait(id)` or `on_response` for its answer."""
+        msg_id = self.new_id() if msg_id is None else msg_id
+        self._waiting[msg_id] = asyncio.get_running_loop().create_future()
+        sent = self._write(
+            {"id": msg_id, "method": method, **({"params": params} if params is not None else {})}
+        )
+        return msg_id, sent
+
+    async def wait(self, msg_id: int, timeout: float | None = None) -> tuple[dict[str, Any], float]:
+        future = self._waiting[msg_id]
+        done, _ = await asyncio.wait(
+            {future, self.closed}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+        )
+        if future in done:
+            return future.result()
+        if self.closed in done:
+            raise ServerExited(self.exit_message())
+        raise TimeoutError(f"no answer to request {msg_id} within {timeout} s")
+
+    async def call(self, method: str, params: Any = None, timeout: float | None = 30.0) -> dict[str, Any]:
+        msg_id, _ = self.request(method, params)
+        response, _ = await self.wait(msg_id, timeout)
+        return response
+
+    async def drain(self) -> None:
+        assert self.proc.stdin is not None
+        try:
+            await self.proc.stdin.drain()
+        except (ConnectionResetError, BrokenPipeError):
+            raise ServerExited(self.exit_message()) from None
+
+    def exit_message(self) -> str:
+        tail = "\n".join(self.stderr_tail)
+        return f"the server exited (code {self.proc.returncode})" + (
+            f"; its last output:\n{tail}" if tail else ""
+        )
+
+    async def _read_loop(self) -> None:
+        assert self.proc.stdout is not None
+        reader = self.proc.stdout
+        try:
+            while True:
+                length = None
+                while True:  # header lines up to the blank line
+                    line = await reader.readline()
+                    if not line:
+                        return
+                    line = line.strip()
+                    if not line:
+                        break
+                    name, _, value = line.decode("ascii", "replace").partition(":")
+                    if name.strip().lower() == "content-length":
+                        length = int(value.strip())
+                if length is None:
+                    continue
+                body = await reader.readexactly(length)
+                self._dispatch(json.loads(body), time.perf_counter())
+        except (asyncio.IncompleteReadError, ConnectionResetError, ValueError):
+            return
+        finally:
+            if not self.closed.done():
+                self.closed.set_result(None)
+
+    async def _read_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        async for line in self.proc.stderr:
+            self.stderr_tail.append(line.decode("utf-8", "replace").rstrip())
+
+    def _dispatch(self, message: dict[str, Any], now: float) -> None:
+        if "method" in message:
+            method = message["method"]
+            if "id" in message:  # a request from the server: answer so that it never waits on us
+                items = (message.get("params") or {}).get("items")
+                result = [None] * len(items) if method == "workspace/configuration" and items else None
+                self._write({"id": message["id"], "result": result})
+            else:
+                self.notifications[method] = self.notifications.get(method, 0) + 1
+            return
+        msg_id = message.get("id")
+        if self.on_response is not None and isinstance(msg_id, int):
+            self.on_response(msg_id, message, now)
+        future = self._waiting.pop(msg_id, None) if isinstance(msg_id, int) else None
+        if future is not None and not future.done():
+            future.set_result((message, now))
+
+    async def shutdown(self, timeout: float = 10.0) -> int | None:
+        try:
+            if self.proc.returncode is None and not self.closed.done():
+                await self.call("shutdown", None, timeout=timeout)
+                self.notify("exit")
+                await self.drain()
+            await asyncio.wait_for(self.proc.wait(), timeout)
+        except (TimeoutError, CodespecError, ConnectionResetError, BrokenPipeError):
+            if self.proc.returncode is None:
+                self.proc.kill()
+                await self.proc.wait()
+        for task in self._tasks:
+            task.cancel()
+        return self.proc.returncode
+
+
+# ----------------------------------------------------------------------------------------------
+# What one inline request did
+
+
+@dataclass
+class RequestRecord:
+    session: str
+    uri: str
+    id: int
+    t: float  # the session's time for it, seconds
+    line: int
+    character: int
+    sent_s: float = 0.0  # replay clock: seconds since the replay started
+    latency_ms: float | None = None
+    outcome: str = "missing"
+    responses: int = 0
+    cancel_sent_s: float | None = None
+    late: bool = False  # a result came for a request already cancelled (the editor discards it)
+    answered_after_cancel: bool | None = None  # items produced after the server read the cancel
+    error: dict[str, Any] | None = None
+    expect: dict[str, str] | None = None
+    shown: str | None = None
+    accepted: bool | None = None
+    chars_saved: int = 0
+    line_text: str = ""  # the cursor line when it was sent
+    probe_answered: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("line_text")
+        data.pop("probe_answered")
+        return data
+
+
+def first_item_text(result: Any) -> tuple[str, dict[str, Any] | None] | None:
+    """(insertText, range) of the first inline completion item, from a list or an InlineCompletionList."""
+    items = result.get("items") if isinstance(result, dict) else result
+    if not isinstance(items, list) or not items or not isinstance(items[0], dict):
+        return None
+    text = items[0].get("insertText")
+    if isinstance(text, dict):  # a StringValue snippet
+        text = text.get("value")
+    return (text, items[0].get("range")) if isinstance(text, str) else None
+
+
+def shown_suggestion(insert_text: str, range_: dict[str, Any] | None, line: int, line_text: str,
+                     character: int) -> str | None:  # fmt: skip
+    """What the editor would show after the cursor: the item's text past the part of the line its range
+    replaces before the cursor (editors only show items whose text extends that part)."""
+    if range_ is None or range_["start"]["line"] != line:
+        return insert_text
+    buf = TextBuffer(line_text)
+    try:
+        start = buf.offset_at(0, min(range_["start"]["character"], character))
+        cursor = buf.offset_at(0, character)
+    except ValueError:
+        return None
+    typed = line_text[start:cursor]
+    return insert_text[len(typed) :] if insert_text.startswith(typed) else None
+
+
+def judge(shown: str, expect: dict[str, str]) -> tuple[bool, int]:
+    """(accepted, characters saved). The suggestion is accepted when its first line is a non-empty
+    prefix of what the user typed to the end of the line, or when all of it is a prefix of what the
+    user typed next (line rest and the following lines); it saves all of itself in the second case,
+    otherwise its first line (accepted line by line)."""
+    line_rest, next_lines = expect.get("line_rest", ""), expect.get("next_lines", "")
+    typed_next = line_rest + ("\n" + next_lines if next_lines else "")
+    if shown and typed_next.startswith(shown):
+        return True, len(shown)
+    first_line = shown.split("\n", 1)[0]
+    if first_line and line_rest.startswith(first_line):
+        return True, len(first_line)
+    return False, 0
+
+
+# ----------------------------------------------------------------------------------------------
+# The replay
+
+
+@dataclass
+class DocumentCheck:
+    session: str
+    uri: str
+    ok: bool | None  # None: the server offers no codespec/documentText
+    client_version: int | None = None
+    server_version: int | None = None
+    detail: str = ""
+
+
+@dataclass
+class ReplayResult:
+    server: list[str]
+    speed: float | None  # None: max
+    records: list[RequestRecord] = field(default_factory=list)
+    documents: list[DocumentCheck] = field(default_factory=list)
+    keystrokes: int = 0
+    other_requests: dict[str, int] = field(default_factory=dict)
+    other_errors: int = 0
+    server_stats: Any = None
+    sessions: list[str] = field(default_factory=list)
+    wall_s: float = 0.0
+    notifications: dict[str, int] = field(default_factory=dict)
+
+
+class Replayer:
+    def __init__(self, conn: LspConnection, result: ReplayResult, *, speed: float | None, probe_cancel: bool,
+                 drain_timeout_s: float, on_record: Callable[[RequestRecord], None] | None) -> None:  # fmt: skip
+        self.conn, self.result, self.speed = conn, result, speed
+        self.probe_cancel, self.drain_timeout_s, self.on_record = probe_cancel, drain_timeout_s, on_record
+        self.by_id: dict[int, RequestRecord] = {}
+        self.probes: dict[int, RequestRecord] = {}
+        self.other: dict[int, str] = {}
+        self.pending: dict[int, asyncio.Future[None]] = {}
+        self.doc_text_supported: bool | None = None
+        self.epoch = time.perf_counter()
+        conn.on_response = self._on_response
+
+    def _clock(self, instant: float) -> float:
+        return instant - self.epoch
+
+    def _on_response(self, msg_id: int, message: dict[str, Any], now: float) -> None:
+        if msg_id in self.probes:
+            record = self.probes.pop(msg_id)
+            record.probe_answered = record.responses == 0
+            return
+        record = self.by_id.get(msg_id)
+        if record is None:
+            if msg_id in self.other and "error" in message:
+                self.result.other_errors += 1
+            self._resolve(msg_id)
+            return
+        record.responses += 1
+        if record.responses > 1:
+            return  # a duplicate answer: counted, the first one stands
+        record.latency_ms = (self._clock(now) - record.sent_s) * 1000.0
+        self._classify(record, message)
+        self._resolve(msg_id)
+        if self.on_record is not None:
+            self.on_record(record)
+
+    def _resolve(self, msg_id: int) -> None:
+        future = self.pending.pop(msg_id, None)
+        if future is not None and not future.done():
+            future.set_result(None)
+
+    def _classify(self, record: RequestRecord, message: dict[str, Any]) -> None:
+        if "error" in message:
+            record.error = message["error"]
+            code = message["error"].get("code") if isinstance(message["error"], dict) else None
+            record.outcome = "cancelled" if code in CANCEL_CODES else "error"
+            return
+        item = first_item_text(message.get("result"))
+        if record.cancel_sent_s is not None:
+            record.outcome = "cancelled"
+            record.late = item is not None
+            if item is not None and record.probe_answered:
+                record.answered_after_cancel = True
+            elif record.probe_answered or item is None:
+                record.answered_after_cancel = False
+            return
+        record.outcome = "items" if item is not None else "null"
+        if item is not None:
+            record.shown = shown_suggestion(item[0], item[1], record.line, record.line_text, record.character)
+            if record.expect is not None and record.shown:
+                record.accepted, record.chars_saved = judge(record.shown, record.expect)
+
+    async def _sleep_until(self, t: float, t0: float, start: float) -> None:
+        if self.speed is None:  # max: wait for every answer, then send at once
+            if self.pending:
+                await self._wait_pending(list(self.pending), self.drain_timeout_s)
+            return
+        delay = start + (t - t0) / self.speed - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+    async def _wait_pending(self, ids: list[int], timeout: float) -> None:
+        futures = [self.pending[i] for i in ids if i in self.pending]
+        if not futures:
+            return
+        waiter = asyncio.gather(*futures)
+        done, _ = await asyncio.wait(
+            {waiter, self.conn.closed}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+        )
+        if waiter not in done:
+            waiter.cancel()
+            if self.conn.closed in done:
+                raise ServerExited(self.conn.exit_message())
+
+    async def play(self, session: Session) -> None:
+        docs = DocumentSet()
+        latest: dict[str, RequestRecord] = {}
+        t0, start = (session.events[0].t if session.events else 0.0), time.perf_counter()
+        for event in session.events:
+            await self._sleep_until(event.t, t0, start)
+            if event.method == DID_CLOSE and event.uri is not None:
+                await self._finish_document(session, event.uri, docs)
+            try:
+                docs.apply(event)
+            except (ValueError, KeyError, TypeError) as exc:
+                raise CodespecError(f"{session.name}: invalid session at t={event.t}: {exc}") from None
+            if event.method == INLINE_COMPLETION:
+                self._send_inline(session, event, docs, latest)
+            elif is_notification(event.method):
+                self.conn.notify(event.method, event.params)
+                self.result.keystrokes += event.method == "textDocument/didChange"
+            else:
+                msg_id, _ = self.conn.request(event.method, event.params)
+                self.other[msg_id] = event.method
+                self.pending[msg_id] = asyncio.get_running_loop().create_future()
+                self.result.other_requests[event.method] = self.result.other_requests.get(event.method, 0) + 1
+            await self.conn.drain()
+        for uri in list(docs.open):  # a recorded session may end without didClose
+            await self._finish_document(session, uri, docs)
+        self.result.server_stats = await self._optional("codespec/stats", {}) or self.result.server_stats
+
+    def _send_inline(
+        self, session: Session, event, docs: DocumentSet, latest: dict[str, RequestRecord]
+    ) -> None:
+        uri = event.uri or ""
+        older = latest.get(uri)
+        if older is not None and older.responses == 0 and older.cancel_sent_s is None:
+            older.cancel_sent_s = self._clock(self.conn.notify("$/cancelRequest", {"id": older.id}))
+            if self.probe_cancel:
+                probe_id, _ = self.conn.request(PROBE_METHOD, {})
+                self.probes[probe_id] = older
+        pos = event.params["position"]
+        buf = docs.open[uri]
+        start = buf.line_starts[pos["line"]]
+        record = RequestRecord(session.name, uri, self.conn.new_id(), event.t, pos["line"], pos["character"],
+                               expect=event.expect, line_text=buf.text[start : buf._line_end(pos["line"])])  # fmt: skip
+        self.by_id[record.id] = record
+        self.pending[record.id] = asyncio.get_running_loop().create_future()
+        _, sent = self.conn.request(INLINE_COMPLETION, event.params, msg_id=record.id)
+        record.sent_s = self._clock(sent)
+        latest[uri] = record
+        self.result.records.append(record)
+
+    async def _finish_document(self, session: Session, uri: str, docs: DocumentSet) -> None:
+        """Before a document closes: wait for its answers, then compare the server's text with ours."""
+        ids = [i for i, r in self.by_id.items() if r.uri == uri and i in self.pending]
+        await self._wait_pending(ids, self.drain_timeout_s)
+        buf = docs.open[uri]
+        check = DocumentCheck(session.name, uri, None, client_version=buf.version)
+        answer = await self._optional("codespec/documentText", {"uri": uri})
+        if isinstance(answer, dict) and isinstance(answer.get("text"), str):
+            check.server_version = answer.get("version")
+            check.ok = answer["text"] == buf.text
+            if not check.ok:
+                check.detail = _first_difference(buf.text, answer["text"])
+        self.result.documents.append(check)
+
+    async def _optional(self, method: str, params: Any) -> Any:
+        """The result of a codespec extension request, or None when the server does not offer it."""
+        if method == "codespec/documentText" and self.doc_text_supported is False:
+            return None
+        try:
+            response = await self.conn.call(method, params, timeout=self.drain_timeout_s)
+        except TimeoutError:
+            return None
+        if "error" in response:
+            if method == "codespec/documentText":
+                self.doc_text_supported = False
+            return None
+        self.doc_text_supported = self.doc_text_supported or method == "codespec/documentText"
+        return response.get("result")
+
+
+def _first_difference(ours: str, theirs: str) -> str:
+    i = next(
+        (k for k, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b), min(len(ours), len(theirs))
+    )
+    return f"first difference at offset {i}: ours {ours[i : i + 30]!r}, server {theirs[i : i + 30]!r}"
+
+
+def initialize_params(init_options: Any = None) -> dict[str, Any]:
+    return {
+        "processId": os.getpid(),
+        "clientInfo": {"name": "codespec-replay", "version": "1"},
+        "rootUri": None,
+        "capabilities": {
+            "general": {"positionEncodings": ["utf-16"]},
+            "textDocument": {
+                "synchronization": {"dynamicRegistration": False, "didSave": False},
+                "inlineCompletion": {"dynamicRegistration": False},
+            },
+            "window": {"workDoneProgress": True},
+        },
+        **({"initializationOptions": init_options} if init_options is not None else {}),
+    }
+
+
+async def replay_sessions(
+    sessions: Sequence[Session],
+    server: Sequence[str] | None = None,
+    *,
+    speed: float | None = 1.0,
+    probe_cancel: bool = True,
+    drain_timeout_s: float = 60.0,
+    init_timeout_s: float = 600.0,
+    init_options: Any = None,
+    env: dict[str, str] | None = None,
+    on_record: Callable[[RequestRecord], None] | None = None,
+) -> ReplayResult:
+    """Replay `sessions` one after another through one server process (`speed` None = max)."""
+    command = list(server or default_server_command())
+    result = ReplayResult(server=command, speed=speed, sessions=[s.name for s in sessions])
+    conn = await LspConnection.start(command, env)
+    try:
+        try:
+            init = await conn.call("initialize", initialize_params(init_options), timeout=init_timeout_s)
+        except TimeoutError:
+            raise CodespecError(f"the server did not answer initialize within {init_timeout_s} s") from None
+        if "error" in init:
+            raise CodespecError(f"the server refused initialize: {init['error'].get('message')}")
+        conn.notify("initialized", {})
+        replayer = Replayer(conn, result, speed=speed, probe_cancel=probe_cancel,
+                            drain_timeout_s=drain_timeout_s, on_record=on_record)  # fmt: skip
+        started = time.perf_counter()
+        for session in sessions:
+            await replayer.play(session)
+        result.wall_s = time.perf_counter() - started
+        result.notifications = dict(conn.notifications)
+    finally:
+        await conn.shutdown()
+    return result
+
+
+def replay(sessions: Sequence[Session], server: Sequence[str] | None = None, **kwargs: Any) -> ReplayResult:
+    return asyncio.run(replay_sessions(sessions, server, **kwargs))
+
+
+# ----------------------------------------------------------------------------------------------
+# Summary, table, plot
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100.0
+    low = int(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+def summarize(result: ReplayResult) -> dict[str, Any]:
+    """The report: counts per outcome, latency percentiles of answered requests, acceptance."""
+    records = result.records
+    counts = {o: sum(r.outcome == o for r in records) for o in OUTCOMES}
+    answered = [r.latency_ms for r in records if r.outcome in ("items", "null") and r.latency_ms is not None]
+    shown = [r for r in records if r.shown and r.expect is not None]
+    accepted = [r for r in shown if r.accepted]
+    saved = sum(r.chars_saved for r in records)
+    checked = [d for d in result.documents if d.ok is not None]
+    return {
+        "server": shlex.join(result.server),
+        "speed": "max" if result.speed is None else result.speed,
+        "sessions": len(result.sessions),
+        "requests": len(records),
+        "answered": counts["items"] + counts["null"],
+        "items": counts["items"],
+        "null": counts["null"],
+        "cancelled": counts["cancelled"],
+        "errors": counts["error"],
+        "missing": counts["missing"],
+        "duplicate_responses": sum(max(0, r.responses - 1) for r in records),
+        "late_results": sum(r.late for r in records),
+        "answered_after_cancel": sum(r.answered_after_cancel is True for r in records),
+        "latency_ms": {
+            "p50": _percentile(answered, 50),
+            "p90": _percentile(answered, 90),
+            "p99": _percentile(answered, 99),
+            "mean": sum(answered) / len(answered) if answered else None,
+            "max": max(answered) if answered else None,
+        },
+        "shown": len(shown),
+        "accepted": len(accepted),
+        "accepted_rate": len(accepted) / len(shown) if shown else None,
+        "keystrokes": result.keystrokes,
+        "chars_saved": saved,
+        "chars_saved_per_keystroke": saved / result.keystrokes if result.keystrokes else None,
+        "documents_checked": len(checked),
+        "documents_mismatched": sum(d.ok is False for d in checked),
+        "other_requests": result.other_requests,
+        "other_errors": result.other_errors,
+        "server_stats": result.server_stats,
+        "wall_s": round(result.wall_s, 3),
+    }
+
+
+def format_table(summary: dict[str, Any]) -> str:
+    def ms(value: float | None) -> str:
+        return "-" if value is None else f"{value:.1f} ms"
+
+    lat = summary["latency_ms"]
+    rate = summary["accepted_rate"]
+    per_key = summary["chars_saved_per_keystroke"]
+    rows = [
+        ("server", summary["server"]),
+        ("sessions / speed", f"{summary['sessions']} / {summary['speed']}"),
+        ("inline requests", summary["requests"]),
+        ("answered (items / null)", f"{summary['answered']} ({summary['items']} / {summary['null']})"),
+        ("cancelled", summary["cancelled"]),
+        ("errors / missing", f"{summary['errors']} / {summary['missing']}"),
+        ("answered after cancel", summary["answered_after_cancel"]),
+        ("latency p50 / p90 / p99", f"{ms(lat['p50'])} / {ms(lat['p90'])} / {ms(lat['p99'])}"),
+        (
+            "shown / accepted",
+            f"{summary['shown']} / {summary['accepted']}" + (f" ({rate:.1%})" if rate is not None else ""),
+        ),  # fmt: skip
+        (
+            "chars saved / keystroke",
+            "-" if per_key is None else f"{per_key:.3f} ({summary['chars_saved']} chars)",
+        ),
+        (
+            "final text checked",
+            f"{summary['documents_checked']} docs, {summary['documents_mismatched']} mismatched",
+        ),
+        ("wall time", f"{summary['wall_s']:.1f} s"),
+    ]
+    width = max(len(name) for name, _ in rows)
+    lines = [f"{name:<{width}}  {value}" for name, value in rows]
+    if summary.get("server_stats") is not None:
+        lines.append(f"{'server stats':<{width}}  {json.dumps(summary['server_stats'], sort_keys=True)}")
+    return "\n".join(lines)
+
+
+def plot_result(result: ReplayResult, path: str, title: str = "") -> None:
+    """Latency of every inline request over the replay, and the distribution of answered latencies."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (over_time, dist) = plt.subplots(1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [2, 1]})
+    styles = {"items": ("tab:green", "o"), "null": ("tab:gray", "."), "cancelled": ("tab:orange", "x"),
+              "error": ("tab:red", "s")}  # fmt: skip
+    for outcome, (color, marker) in styles.items():
+        rows = [r for r in result.records if r.outcome == outcome and r.latency_ms is not None]
+        if rows:
+            over_time.scatter([r.sent_s for r in rows], [r.latency_ms for r in rows], s=10, c=color,
+                              marker=marker, label=f"{outcome} ({len(rows)})")  # fmt: skip
+    over_time.set_xlabel("replay time (s)")
+    over_time.set_ylabel("send-to-response latency (ms)")
+    over_time.set_yscale("log")
+    over_time.legend(loc="upper right", fontsize=8)
+    answered = [
+        r.latency_ms for r in result.records if r.outcome in ("items", "null") and r.latency_ms is not None
+    ]
+    if answered:
+        dist.hist(answered, bins=40, color="tab:blue")
+        for q, style in ((50, "-"), (90, "--"), (99, ":")):
+            value = _percentile(answered, q)
+            dist.axvline(value, color="black", linestyle=style, label=f"p{q} {value:.0f} ms")
+        dist.legend(fontsize=8)
+    dist.set_xlabel("answered latency (ms)")
+    dist.set_ylabel("requests")
+    fig.suptitle(title or f"replay: {len(result.sessions)} sessions, speed {result.speed or 'max'}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def parse_speed(text: str) -> float | None:
+    if text == "max":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise CodespecError(f"--speed wants a factor or 'max', not {text!r}") from None
+    if value <= 0:
+        raise CodespecError("--speed must be positive")
+    return value

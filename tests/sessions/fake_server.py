@@ -1,0 +1,70 @@
+"""A small pygls language server for the replay tests: answers every inline completion with one fixed
+suggestion after a delay, honours $/cancelRequest (pygls cancels the handler's task), and offers the
+codespec/documentText and codespec/stats extensions. Flags break it on purpose so that the tests can
+show the replay's checks fail when they should."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from typing import Any
+
+from lsprotocol import types
+from pygls.lsp.server import LanguageServer
+
+
+def _get(params: Any, key: str) -> Any:
+    return params.get(key) if isinstance(params, dict) else getattr(params, key, None)
+
+
+def build_server(args: argparse.Namespace) -> LanguageServer:
+    server = LanguageServer("fake-codespec", "0")
+    counts = {"requests": 0, "answered": 0}
+
+    def answer() -> types.InlineCompletionList:
+        counts["answered"] += 1
+        return types.InlineCompletionList(items=[types.InlineCompletionItem(insert_text=args.suggestion)])
+
+    if args.ignore_cancel:  # a thread handler: pygls cannot cancel it once it runs
+
+        @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION)
+        @server.thread()
+        def inline_blocking(ls: LanguageServer, params: types.InlineCompletionParams):
+            counts["requests"] += 1
+            time.sleep(args.delay)
+            return answer()
+
+    else:
+
+        @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION)
+        async def inline(ls: LanguageServer, params: types.InlineCompletionParams):
+            counts["requests"] += 1
+            await asyncio.sleep(args.delay)
+            return answer()
+
+    @server.feature("codespec/documentText")
+    def document_text(ls: LanguageServer, params: Any):
+        doc = ls.workspace.get_text_document(_get(params, "uri"))
+        text = doc.source + ("#" if args.corrupt_text else "")
+        return {"text": text, "version": doc.version}
+
+    @server.feature("codespec/stats")
+    def stats(ls: LanguageServer, params: Any):
+        return dict(counts)
+
+    return server
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--delay", type=float, default=0.02)
+    parser.add_argument("--suggestion", default="pass")
+    parser.add_argument("--ignore-cancel", action="store_true")
+    parser.add_argument("--corrupt-text", action="store_true")
+    args = parser.parse_args()
+    build_server(args).start_io()
+
+
+if __name__ == "__main__":
+    main()
