@@ -10,4 +10,5 @@ require("codespec").setup({
   streaming = vim.env.CODESPEC_TEST_STREAMING == "1",
   debounce_ms = tonumber(vim.env.CODESPEC_TEST_DEBOUNCE_MS or "20"),
   root_markers = {},
+  init_options = vim.env.CODESPEC_TEST_INIT_OPTIONS and vim.json.decode(vim.env.CODESPEC_TEST_INIT_OPTIONS) or {},
 })

@@ -85,11 +85,12 @@ def build_server(delay_s: float) -> StandinServer:
             return ordered[min(len(ordered) - 1, int(p * len(ordered)))] if ordered else None
 
         served = ls.counts["completed"]
+        # The real server's key names (lsp/stats.py), a subset of its counts.
         return {
             **ls.counts,
-            "latency_ms": {"p50": pct(0.5), "p90": pct(0.9), "p99": pct(0.99)},
-            "acceptance_rate": ls.counts["accepted"] / served if served else None,
-            "accepted_args": ls.accepted_args,
+            "latencyMs": {"count": len(ordered), "p50": pct(0.5), "p90": pct(0.9), "p99": pct(0.99)},
+            "acceptanceRate": ls.counts["accepted"] / served if served else None,
+            "acceptedArgs": ls.accepted_args,
             "model": "standin",
         }
 

@@ -14,7 +14,8 @@ local timer = nil
 -- The request in flight: { client, id, bufnr, tick, row, col, version, position }.
 local pending = nil
 -- The suggestion shown: { bufnr, row, col (0-based byte column of the cursor), tick, text (what is
--- still to insert at the cursor), item, client_id, replace_end (row, col) | nil, command_sent }.
+-- still to insert at the cursor), item, client_id, replace_after (bytes after the cursor that the
+-- item's range replaces), command_sent }.
 local current = nil
 
 local INLINE_COMPLETION = "textDocument/inlineCompletion"
@@ -109,7 +110,8 @@ local function item_text(item)
 end
 
 --- The ghost text of `item` at the cursor (row, col), or nil when the item does not continue the
---- text before the cursor. Also returns where the item's range ends (to replace on accept).
+--- text before the cursor. Also returns how many bytes after the cursor the item's range covers
+--- (replaced on accept, e.g. an auto-inserted closing bracket).
 local function ghost_from_item(bufnr, item, row, col, encoding)
   local text = item_text(item)
   if not text or text == "" then
@@ -117,7 +119,7 @@ local function ghost_from_item(bufnr, item, row, col, encoding)
   end
   local range = item.range
   if not range then
-    return text, nil
+    return text, 0
   end
   local line = api.nvim_buf_get_lines(bufnr, row, row + 1, false)[1] or ""
   if range.start.line ~= row or range["end"].line ~= row then
@@ -132,10 +134,10 @@ local function ghost_from_item(bufnr, item, row, col, encoding)
   if text:sub(1, #typed) ~= typed then
     return nil
   end
-  return text:sub(#typed + 1), { row, math.max(end_col, col) }
+  return text:sub(#typed + 1), math.max(end_col - col, 0)
 end
 
-local function show(bufnr, client, item, text, replace_end)
+local function show(bufnr, client, item, text, replace_after)
   local row, col = cursor()
   current = {
     bufnr = bufnr,
@@ -145,7 +147,7 @@ local function show(bufnr, client, item, text, replace_end)
     text = text,
     item = item,
     client_id = client.id,
-    replace_end = replace_end,
+    replace_after = replace_after or 0,
     command_sent = false,
   }
   M.counters.shown = M.counters.shown + 1
@@ -178,10 +180,10 @@ local function on_response(request, err, result)
   end
   local items = result and (result.items or result) or {}
   for _, item in ipairs(items) do
-    local text, replace_end =
+    local text, replace_after =
       ghost_from_item(request.bufnr, item, request.row, request.col, request.client.offset_encoding)
     if text and text ~= "" then
-      show(request.bufnr, request.client, item, text, replace_end)
+      show(request.bufnr, request.client, item, text, replace_after)
       return
     end
   end
@@ -232,29 +234,34 @@ local function schedule_request()
 end
 
 --- Streaming: codespec/partialCompletion {uri, version, position, text, done} for the request in
---- flight shows the text generated so far.
+--- flight shows the text generated so far. `text` is everything generated at `position`, which is
+--- the cursor or, when the server serves a request from a generation started earlier on the line,
+--- a place before it (the text typed since is then a prefix of `text`).
 function M.on_partial(params, _)
   local request = pending
   if not request or type(params) ~= "table" or params.uri ~= request.uri or params.done then
     return
   end
-  local position = params.position or {}
-  if position.line ~= request.position.line or position.character ~= request.position.character then
+  if type(params.text) ~= "string" or params.text == "" or type(params.position) ~= "table" then
     return
   end
-  if params.version ~= nil and request.version ~= nil and params.version ~= request.version then
+  if params.version and request.version and params.version > request.version then
     return
   end
-  if not still_fresh(request) or type(params.text) ~= "string" or params.text == "" then
+  if not still_fresh(request) then
+    return
+  end
+  local item = { insertText = params.text, range = { start = params.position, ["end"] = params.position } }
+  local text = ghost_from_item(request.bufnr, item, request.row, request.col, request.client.offset_encoding)
+  if not text or text == "" then
     return
   end
   M.counters.partial = M.counters.partial + 1
   if current and current.item == nil and current.bufnr == request.bufnr then
-    current.text = params.text
+    current.text = text
     render()
   else
-    show(request.bufnr, request.client, nil, params.text, nil)
-    current.item = nil
+    show(request.bufnr, request.client, nil, text, nil)
   end
 end
 
@@ -310,15 +317,12 @@ local function run_command(s)
   end
 end
 
---- Insert `text` at the cursor (or over the item's range when `replace_end` is given), move the
---- cursor after it.
-local function insert(s, text, replace_end)
+--- Insert `text` at the cursor, replacing `replace_after` bytes after it, and move the cursor after it.
+local function insert(s, text, replace_after)
   local lines = vim.split(text, "\n", { plain = true })
-  local end_row, end_col = s.row, s.col
-  if replace_end then
-    end_row, end_col = replace_end[1], replace_end[2]
-  end
-  api.nvim_buf_set_text(s.bufnr, s.row, s.col, end_row, end_col, lines)
+  local line = api.nvim_buf_get_lines(s.bufnr, s.row, s.row + 1, false)[1] or ""
+  local end_col = math.min(s.col + replace_after, #line)
+  api.nvim_buf_set_text(s.bufnr, s.row, s.col, s.row, end_col, lines)
   local new_row = s.row + #lines - 1
   local new_col = (#lines == 1 and s.col or 0) + #lines[#lines]
   api.nvim_win_set_cursor(0, { new_row + 1, new_col })
@@ -331,7 +335,7 @@ local function accept_part(part)
     return false
   end
   local whole = part == s.text
-  local row, col = insert(s, part, whole and s.replace_end or nil)
+  local row, col = insert(s, part, whole and s.replace_after or 0)
   M.counters.accepted = M.counters.accepted + (whole and 1 or 0)
   run_command(s)
   if whole then

@@ -6,11 +6,13 @@ local M = {}
 
 M.defaults = {
   cmd = { "codespec", "serve", "--stdio" },
-  -- Extra server flags; nil leaves the server's own default.
-  model = nil, -- e.g. "bundled:qwen2.5-coder-1.5b" or "tiny"
-  draft = nil, -- e.g. "bundled:qwen2.5-coder-0.5b"
+  -- Server options, sent as initializationOptions; nil leaves the server's own default.
+  model = nil, -- target model spec, e.g. "bundled:qwen2.5-coder-1.5b" or "tiny"
+  draft = nil, -- draft model spec, e.g. "bundled:qwen2.5-coder-0.5b" ("none": no draft model)
+  drafting = nil, -- "none" | "lookup" | "model" | "both"
   device = nil, -- "auto" | "cpu" | "cuda" | "mps"
   streaming = false, -- ghost text grows while the server generates (codespec/partialCompletion)
+  init_options = {}, -- any other server option (see docs/server.md), e.g. { maxTokens = 64 }
   filetypes = {
     "python", "javascript", "javascriptreact", "typescript", "typescriptreact", "go", "rust", "java",
     "c", "cpp", "ruby", "lua", "sh", "bash",
@@ -30,15 +32,21 @@ M.defaults = {
 M.config = vim.deepcopy(M.defaults)
 M.enabled = true
 
---- The server command line with the model / draft / device flags appended.
 function M.server_cmd(config)
-  local cmd = vim.deepcopy(config.cmd)
-  for _, flag in ipairs({ "model", "draft", "device" }) do
-    if config[flag] then
-      vim.list_extend(cmd, { "--" .. flag, tostring(config[flag]) })
-    end
-  end
-  return cmd
+  return vim.deepcopy(config.cmd)
+end
+
+--- initializationOptions for the server: the named options that are set, then `init_options`.
+function M.init_options(config)
+  local options = {
+    model = config.model,
+    draftModel = config.draft,
+    drafting = config.drafting,
+    device = config.device,
+    -- Native inline completion cannot show partial text: streaming only feeds the plugin's ghost text.
+    streaming = config.streaming and not M.uses_native(config),
+  }
+  return vim.tbl_extend("force", options, config.init_options or {})
 end
 
 function M.uses_native(config)
@@ -56,7 +64,7 @@ local function lsp_config(config)
     cmd = M.server_cmd(config),
     filetypes = config.filetypes,
     root_markers = config.root_markers,
-    init_options = { streaming = config.streaming and not M.uses_native(config) },
+    init_options = M.init_options(config),
     handlers = {
       ["codespec/partialCompletion"] = function(_, params, ctx)
         ghost.on_partial(params, ctx)
@@ -159,21 +167,28 @@ function M.stats_lines(stats)
   local lines = {}
   local server = stats.server
   if server then
-    local latency = server.latency_ms or {}
+    local latency = server.latencyMs or server.latency_ms or {}
+    local acceptance = server.acceptanceRate or server.acceptance_rate
     table.insert(lines, string.format("latency p50 %s  p90 %s  p99 %s",
       format_number(latency.p50, " ms"), format_number(latency.p90, " ms"), format_number(latency.p99, " ms")))
-    if type(server.acceptance_rate) == "number" then
-      table.insert(lines, string.format("acceptance %s", format_number(server.acceptance_rate * 100, "%")))
+    if type(acceptance) == "number" then
+      table.insert(lines, string.format("acceptance %s", format_number(acceptance * 100, "%")))
+    end
+    local tau = type(server.generations) == "table" and server.generations.tau or server.tau
+    if type(tau) == "number" then
+      table.insert(lines, string.format("tau %s tokens per target forward", format_number(tau)))
     end
     for _, key in ipairs(vim.tbl_keys(server)) do
       local value = server[key]
-      if key ~= "latency_ms" and key ~= "acceptance_rate" and type(value) ~= "table" then
+      if not key:match("^latency") and not key:match("^acceptance") and type(value) ~= "table" then
         table.insert(lines, string.format("%s: %s", key, tostring(value)))
       end
     end
     table.sort(lines, function(a, b)
-      local ka, kb = a:match("^latency") and 0 or a:match("^acceptance") and 1 or 2,
-        b:match("^latency") and 0 or b:match("^acceptance") and 1 or 2
+      local function rank(line)
+        return line:match("^latency") and 0 or line:match("^acceptance") and 1 or line:match("^tau") and 2 or 3
+      end
+      local ka, kb = rank(a), rank(b)
       return ka ~= kb and ka < kb or (ka == kb and a < b)
     end)
   else

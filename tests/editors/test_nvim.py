@@ -1,0 +1,171 @@
+"""The Neovim plugin (editors/nvim) in a real headless Neovim 0.11, against the stand-in server, whose
+fixed suggestion lets the tests check exact ghost text and buffer contents."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.editors.nvim_driver import Nvim, standin_cmd
+from tests.editors.standin_server import SUGGESTION
+
+FIRST_LINE, REST = SUGGESTION.split("\n", 1)
+
+
+@pytest.fixture
+def make_nvim(tmp_path: Path) -> Iterator:
+    started: list[Nvim] = []
+
+    def make(delay_s: float = 0.05, **kwargs) -> Nvim:
+        nvim = Nvim.start(tmp_path, standin_cmd(delay_s), **kwargs)
+        started.append(nvim)
+        nvim.open(tmp_path / "example.py")
+        return nvim
+
+    yield make
+    for nvim in started:
+        nvim.close()
+
+
+def wait_for_ghost(nvim: Nvim, expected: str) -> None:
+    nvim.wait(lambda: nvim.ghost_text() == expected, f"ghost text {expected!r}")
+
+
+def test_ghost_text_is_inline_text_plus_virtual_lines_and_tab_accepts(make_nvim) -> None:
+    nvim = make_nvim()
+    nvim.input("idef add")
+    wait_for_ghost(nvim, SUGGESTION)
+    [mark] = nvim.ghost_marks()
+    assert (mark["row"], mark["col"], mark["pos"]) == (0, len("def add"), "inline")
+    assert mark["inline"] == FIRST_LINE and mark["lines"] == REST.split("\n")
+    command_arguments = nvim.suggestion()["item"]["command"]["arguments"]
+
+    nvim.input("<Tab>")
+    nvim.wait(lambda: nvim.buffer_lines() == ["def add" + FIRST_LINE, *REST.split("\n")], "the accepted text")
+    assert nvim.cursor() == (1, len(REST.split("\n")[-1]))
+    # The item's command reports the acceptance to the server (workspace/executeCommand).
+    stats = nvim.wait(lambda: (s := nvim.server_stats())["accepted"] == 1 and s, "the accept command")
+    assert stats["acceptedArgs"] == command_arguments
+    assert nvim.mode() == "i"
+
+
+def test_tab_without_a_suggestion_is_a_plain_tab(make_nvim) -> None:
+    nvim = make_nvim(delay_s=30)  # the answer never comes within the test
+    nvim.nvim.command("setlocal noexpandtab softtabstop=0")
+    nvim.input("ix<Tab>y")
+    nvim.wait(lambda: nvim.buffer_lines() == ["x\ty"], "a literal tab in the buffer")
+    assert nvim.ghost_marks() == []
+
+
+def test_accept_word_then_line_then_rest(make_nvim) -> None:
+    nvim = make_nvim()
+    nvim.input("idef add")
+    wait_for_ghost(nvim, SUGGESTION)
+
+    nvim.input("<M-Right>")  # next word: "("
+    nvim.wait(lambda: nvim.buffer_lines() == ["def add("], "one word accepted")
+    wait_for_ghost(nvim, SUGGESTION[1:])
+
+    nvim.input("<M-C-Right>")  # the rest of the line
+    nvim.wait(lambda: nvim.buffer_lines() == ["def add" + FIRST_LINE], "the line accepted")
+    # Only the virtual lines are left: the first line of the ghost text is now empty.
+    nvim.wait(lambda: [(m["inline"], m["lines"]) for m in nvim.ghost_marks()] == [("", REST.split("\n"))],
+              "the remaining virtual line")
+
+    nvim.input("<M-C-Right>")  # the next line (with its line break)
+    nvim.wait(lambda: nvim.buffer_lines() == ["def add" + FIRST_LINE, *REST.split("\n")], "all accepted")
+    # One item, one acceptance report, however many pieces it was taken in.
+    nvim.wait(lambda: nvim.server_stats()["accepted"] == 1, "one accept command")
+
+
+def test_typing_the_suggestion_keeps_it_without_a_new_request(make_nvim) -> None:
+    nvim = make_nvim()
+    nvim.input("idef add")
+    wait_for_ghost(nvim, SUGGESTION)
+    requests = nvim.counters()["requests"]
+    nvim.input("(a")
+    wait_for_ghost(nvim, SUGGESTION[2:])
+    assert nvim.counters()["requests"] == requests
+    nvim.input("X")  # leaves the suggestion: it goes, and a new request follows
+    nvim.wait(lambda: nvim.counters()["requests"] > requests, "a new request")
+    wait_for_ghost(nvim, SUGGESTION)
+    assert nvim.suggestion()["col"] == len("def add(aX")
+
+
+def test_typing_on_cancels_the_request_in_flight(make_nvim) -> None:
+    nvim = make_nvim(delay_s=1.0)
+    nvim.input("idef ad")
+    nvim.wait(lambda: nvim.lua("return require('codespec.ghost').pending_request()"), "a request in flight")
+    nvim.input("d")
+    # The plugin cancelled it ($/cancelRequest) and the server saw the cancellation.
+    nvim.wait(lambda: nvim.server_stats()["cancelled"] >= 1, "the server to see the cancel")
+    assert nvim.counters()["cancelled"] >= 1
+    # The answer shown is the one for where the cursor is now, never the cancelled one.
+    wait_for_ghost(nvim, SUGGESTION)
+    assert nvim.suggestion()["col"] == len("def add")
+    assert nvim.server_stats()["completed"] == 1
+
+
+def test_escape_and_cursor_moves_dismiss(make_nvim) -> None:
+    nvim = make_nvim()
+    nvim.input("idef add")
+    wait_for_ghost(nvim, SUGGESTION)
+    nvim.input("<Esc>")
+    nvim.wait(lambda: nvim.mode() == "n", "normal mode")
+    assert nvim.ghost_marks() == [] and nvim.suggestion() is None
+    assert nvim.buffer_lines() == ["def add"]
+
+    nvim.input("A")
+    wait_for_ghost(nvim, SUGGESTION)
+    nvim.input("<Left>")  # a cursor move away from the suggestion's place
+    nvim.wait(lambda: nvim.suggestion() is None or nvim.suggestion()["col"] == len("def ad"),
+              "the suggestion to go or follow the cursor")
+    assert all(mark["col"] == len("def ad") for mark in nvim.ghost_marks())
+
+
+def test_dismiss_key_and_toggle(make_nvim) -> None:
+    nvim = make_nvim()
+    nvim.input("idef add")
+    wait_for_ghost(nvim, SUGGESTION)
+    nvim.input("<C-]>")
+    nvim.wait(lambda: nvim.ghost_marks() == [], "the ghost text to go")
+    nvim.nvim.command("CodespecToggle")
+    requests = nvim.counters()["requests"]
+    nvim.input("x")
+    nvim.nvim.command("sleep 200m")
+    assert nvim.counters()["requests"] == requests and nvim.ghost_marks() == []
+    assert nvim.buffer_lines() == ["def addx"]
+
+
+def test_streaming_shows_partial_text_before_the_answer(make_nvim) -> None:
+    nvim = make_nvim(delay_s=1.5, streaming=True)
+    nvim.input("idef add")
+    seen: list[str] = []
+
+    def final_shown() -> bool:
+        text = nvim.ghost_text()
+        if text and (not seen or seen[-1] != text):
+            seen.append(text)
+        return text == SUGGESTION and nvim.suggestion()["item"] is not None
+
+    nvim.wait(final_shown, "the final suggestion")
+    partials = seen[:-1]
+    assert partials, "no partial ghost text was shown"
+    assert all(SUGGESTION.startswith(text) and text != SUGGESTION for text in partials), seen
+    assert nvim.counters()["partial"] >= 1
+
+
+def test_stats_command_and_checkhealth(make_nvim) -> None:
+    nvim = make_nvim()
+    nvim.input("idef add")
+    wait_for_ghost(nvim, SUGGESTION)
+    nvim.input("<Esc>")
+    output = nvim.nvim.command_output("CodespecStats")
+    assert "latency p50" in output and "completed: 1" in output and "plugin:" in output
+
+    nvim.nvim.command("checkhealth codespec")
+    report = "\n".join(nvim.buffer_lines())
+    assert "server command:" in report and "attached: client" in report
+    assert "model loaded: standin" in report
