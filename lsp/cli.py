@@ -1,0 +1,116 @@
+"""`codespec serve`: run the language server over stdio (what editors launch) or TCP."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import os
+import sys
+
+from codespec.errors import CodespecError
+
+LOOPBACK_NAMES = {"localhost"}
+
+
+def register(subparsers: argparse._SubParsersAction, name: str, help: str) -> None:  # noqa: A002
+    parser = subparsers.add_parser(name, help=help, description=help)
+    transport = parser.add_mutually_exclusive_group()
+    transport.add_argument("--stdio", action="store_true", help="speak LSP on stdin/stdout (default)")
+    transport.add_argument("--tcp", action="store_true", help="listen for one LSP client on TCP")
+    parser.add_argument("--host", default="127.0.0.1", help="TCP address (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=2087, help="TCP port (default 2087; 0 picks one)")
+    parser.add_argument(
+        "--allow-remote", action="store_true", help="allow a --host that is not a loopback address"
+    )
+    parser.add_argument("--model", help="target model spec (default bundled:qwen2.5-coder-1.5b)")
+    parser.add_argument("--draft-model", help='draft model spec, or "none"')
+    parser.add_argument("--draft", choices=["none", "lookup", "model", "both"], help="drafting mode")
+    parser.add_argument("--device", help="auto | cpu | cuda | cuda:N | mps")
+    parser.add_argument("--threads", type=int, help="CPU threads for the model")
+    parser.add_argument("--load", choices=["eager", "lazy"], help="load models at start or on first request")
+    parser.add_argument("--max-tokens", type=int, help="max new tokens per suggestion")
+    parser.add_argument("--streaming", action="store_true", default=None, help="send codespec/partialCompletion")
+    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default=None)
+    # Hidden test knob: simulated per-decode-step delay of the engine (seconds).
+    parser.add_argument("--step-delay", type=float, default=None, help=argparse.SUPPRESS)
+    parser.set_defaults(func=run)
+
+
+def options_from_args(args: argparse.Namespace):
+    from lsp.options import ServerOptions
+
+    settings = {
+        "model": args.model,
+        "draftModel": args.draft_model,
+        "drafting": args.draft,
+        "device": args.device,
+        "threads": args.threads,
+        "loadModels": args.load,
+        "maxTokens": args.max_tokens,
+        "streaming": args.streaming,
+        "logLevel": args.log_level,
+        "stepDelay": args.step_delay,
+    }
+    given = {key: value for key, value in settings.items() if value is not None}
+    options = ServerOptions()
+    updated = options.updated(given)
+    for key, value in given.items():  # the command line must not silently drop a bad value
+        field = ServerOptions.KEYS[key]
+        expected = None if key == "draftModel" and value == "none" else value
+        if getattr(updated, field) != expected:
+            raise CodespecError(f"invalid value for --{key}: {value!r}")
+    return updated
+
+
+def check_host(host: str, allow_remote: bool) -> None:
+    if allow_remote or host in LOOPBACK_NAMES:
+        return
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        raise CodespecError(f"--host {host} is not a loopback address; pass --allow-remote to listen on it")
+
+
+def run(args: argparse.Namespace) -> int:
+    options = options_from_args(args)
+    if args.tcp:
+        check_host(args.host, args.allow_remote)
+    protocol_out = _reserve_stdout() if not args.tcp else None
+    logging.basicConfig(
+        stream=sys.stderr, level=logging.WARNING, format="codespec %(levelname)s %(name)s: %(message)s"
+    )
+    from lsp.server import create_server, set_log_level
+
+    set_log_level(options.log_level)
+    server = create_server(options)
+    code = 1
+    try:
+        if args.tcp:
+            server.start_tcp(args.host, args.port)
+        else:
+            server.start_io(sys.stdin.buffer, protocol_out)
+        code = 0 if server.protocol._shutdown else 1
+    except (KeyboardInterrupt, SystemExit):
+        code = 0 if server.protocol._shutdown else 1
+    finally:
+        server.shutdown()
+        for stream in (protocol_out, sys.stderr):
+            try:
+                if stream is not None:
+                    stream.flush()
+            except (OSError, ValueError):
+                pass
+    # Worker threads (a generation, the blocked stdin reader) must not hold the process open.
+    os._exit(code)
+
+
+def _reserve_stdout():
+    """Keep the real stdout for protocol frames only; anything else printing to fd 1 (a library,
+    a stray print) lands on stderr instead."""
+    protocol_fd = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return os.fdopen(protocol_fd, "wb", buffering=0)

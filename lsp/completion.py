@@ -1,0 +1,532 @@
+"""Per-document generation manager: the part of the server that keeps up with typing.
+
+All state here lives on the event-loop thread. Model work runs on one dedicated worker thread
+(`ThreadPoolExecutor(max_workers=1)`, not pygls's pool, which also reads stdin); the worker only
+pushes engine events back with `call_soon_threadsafe`.
+
+Words used below:
+- anchor: the document text and cursor a generation was started for (virtual text when a
+  selected completion item or a prefetch is assumed accepted).
+- typed: text inserted at the anchor's cursor since then. A generation serves a later request when
+  the document equals the anchor with `typed` inserted and `typed` is a prefix of its text.
+- waiter: a pending request attached to a generation; answered once the generation has a complete
+  first line beyond `typed` (early answer) or is done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import re
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from lsp.options import ServerOptions
+from lsp.stats import (
+    ANSWERED,
+    CANCELLED,
+    EMPTY,
+    ERROR,
+    SUPERSEDED,
+    GenerationRecord,
+    RequestRecord,
+    ServerStats,
+)
+
+logger = logging.getLogger(__name__)
+
+GENERATIONS_KEPT_PER_DOCUMENT = 4
+# A complete first line: some non-blank text followed by a line break.
+_FIRST_LINE_DONE = re.compile(r"\S[^\n]*\n")
+
+
+class Superseded:
+    """Marker result for a request made stale by a newer request or an edit."""
+
+
+SUPERSEDED_RESULT = Superseded()
+
+
+class ModelError(Exception):
+    """The model path raised; the request gets an error response, the server keeps serving."""
+
+    def __init__(self, message: str, *, out_of_memory: bool = False):
+        super().__init__(message)
+        self.out_of_memory = out_of_memory
+
+
+@dataclass
+class Anchor:
+    uri: str
+    version: int
+    text: str
+    offset: int  # cursor, index into text
+    language_id: str = ""
+
+
+@dataclass
+class Answer:
+    text: str  # what to insert at the cursor (after `typed`)
+    generation: int | None
+    source: str
+
+
+@dataclass
+class Waiter:
+    record: RequestRecord
+    typed: str
+    future: asyncio.Future
+    source: str
+
+
+@dataclass
+class Generation:
+    id: int
+    kind: str  # "request" | "prefetch"
+    anchor: Anchor
+    ctx: Any  # codespec.context.CompletionContext
+    prompt_ids: list[int]
+    token: Any  # codespec.engine.CancelToken
+    record: GenerationRecord
+    position: tuple[int, int]  # anchor cursor in the client's position encoding
+    stream: bool = False
+    parent: Generation | None = None
+    text: str = ""  # raw text accepted so far
+    done: bool = False
+    error: ModelError | None = None
+    shown: bool = False
+    prefetched: bool = False
+    waiters: list[Waiter] = field(default_factory=list)
+    # Target forwards whose tokens reached the worker after the cancel token was set, counted by
+    # the server independently of the engine's own count (the engine promises at most one).
+    forwards_after_cancel: int = 0
+
+    # ----- what the generation offers --------------------------------------------------------------
+
+    def suggestion(self, *, postprocess: Callable[[str, Any], str], early: bool) -> str | None:
+        """The post-processed suggestion from the anchor, or None while nothing is ready."""
+        if self.done:
+            return postprocess(self.text, self.ctx)
+        if not early:
+            return None
+        cut = self.text.rfind("\n")
+        if cut < 0 or not _FIRST_LINE_DONE.search(self.text):
+            return None
+        return postprocess(self.text[:cut], self.ctx)
+
+    def typed_since(self, text: str, offset: int | None = None) -> str | None:
+        """What was inserted at the anchor's cursor to turn the anchor into `text`, if that is all
+        that changed. `offset` (the new cursor) is inferred from the length difference when None."""
+        a = self.anchor
+        grown = len(text) - len(a.text)
+        if grown < 0 or (offset is not None and offset != a.offset + grown):
+            return None
+        end = a.offset + grown
+        if text[: a.offset] != a.text[: a.offset] or text[end:] != a.text[a.offset :]:
+            return None
+        return text[a.offset : end]
+
+    def consistent_with(self, typed: str, *, postprocess: Callable[[str, Any], str]) -> bool:
+        """Could this generation still serve a request after `typed`?"""
+        if self.error is not None or (self.token.cancelled and not self.done):
+            return False
+        if self.done:
+            full = postprocess(self.text, self.ctx)
+            return len(full) > len(typed) and full.startswith(typed)
+        return self.text.startswith(typed)
+
+
+class CompletionManager:
+    """Owns documents' generations, the model worker thread and the stats."""
+
+    def __init__(
+        self,
+        *,
+        options: Callable[[], ServerOptions],
+        get_engine: Callable[[], Any],
+        notify: Callable[[str, Any], None],
+        stats: ServerStats,
+    ):
+        self._options = options
+        self._get_engine = get_engine
+        self._notify = notify
+        self.stats = stats
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="codespec-model")
+        self._ids = itertools.count(1)
+        self._generations: dict[str, list[Generation]] = {}
+        self._waiters: dict[str, list[Waiter]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
+
+    # ----- context-room functions, imported once the first completion needs them -----------------
+
+    @staticmethod
+    def _context_api():
+        from codespec.context import build_context, postprocess
+
+        return build_context, postprocess
+
+    def postprocess(self, text: str, ctx: Any) -> str:
+        return self._context_api()[1](text, ctx)
+
+    # ----- requests --------------------------------------------------------------------------------
+
+    async def complete(
+        self,
+        record: RequestRecord,
+        *,
+        doc: Any,
+        anchor: Anchor,
+        position: tuple[int, int],
+        invoked: bool,
+        other_docs: tuple[Any, ...] = (),
+    ) -> Answer | Superseded | None:
+        """The suggestion for `anchor` (the request's cursor); None when there is none."""
+        self._loop = asyncio.get_running_loop()
+        options = self._options()
+        self._supersede_waiters(anchor.uri)
+
+        served = self._serve_from_existing(record, anchor, options)
+        if served is not None:
+            return await served
+
+        self._cancel_generations(anchor.uri)
+        engine = self._get_engine()
+        build_context, _ = self._context_api()
+        ctx = build_context(
+            doc,
+            *position,
+            tokenizer=engine.tokenizer,
+            other_docs=other_docs,
+        )
+        if ctx.mode == "none" and not invoked:
+            return None
+        generation = self._start_generation("request", anchor, ctx, position, options)
+        return await self._attach(generation, record, typed="", source="model")
+
+    def _serve_from_existing(self, record: RequestRecord, anchor: Anchor, options: ServerOptions):
+        """An awaitable answer from a running or finished generation, or None to start a new one."""
+        if not (options.cache or options.typing_along):
+            return None
+        for generation in reversed(self._generations.get(anchor.uri, [])):
+            typed = generation.typed_since(anchor.text, anchor.offset)
+            if typed is None or (typed and not options.typing_along) or (not typed and not options.cache):
+                continue
+            if not generation.consistent_with(typed, postprocess=self.postprocess):
+                continue
+            source = "prefetch" if generation.kind == "prefetch" else "typed-along" if typed else "cache"
+            return self._attach(generation, record, typed=typed, source=source)
+        return None
+
+    async def _attach(self, generation: Generation, record: RequestRecord, *, typed: str, source: str):
+        loop = asyncio.get_running_loop()
+        waiter = Waiter(record=record, typed=typed, future=loop.create_future(), source=source)
+        record.source = source
+        record.generation = generation.id
+        record.prefill_tokens = generation.record.prefill_tokens if generation.done else None
+        generation.waiters.append(waiter)
+        self._waiters.setdefault(generation.anchor.uri, []).append(waiter)
+        self._service(generation)
+        try:
+            return await waiter.future
+        except asyncio.CancelledError:
+            # An explicit $/cancelRequest (or shutdown): stop the model work this request asked for.
+            if not generation.done and all(w is waiter or w.future.done() for w in generation.waiters):
+                generation.token.cancel()
+            raise
+        finally:
+            self._drop_waiter(generation, waiter)
+
+    def _drop_waiter(self, generation: Generation, waiter: Waiter) -> None:
+        if waiter in generation.waiters:
+            generation.waiters.remove(waiter)
+        pending = self._waiters.get(generation.anchor.uri, [])
+        if waiter in pending:
+            pending.remove(waiter)
+
+    def _supersede_waiters(self, uri: str) -> None:
+        for waiter in self._waiters.pop(uri, []):
+            if not waiter.future.done():
+                waiter.future.set_result(SUPERSEDED_RESULT)
+
+    # ----- edits -----------------------------------------------------------------------------------
+
+    def document_changed(self, uri: str, text: str) -> None:
+        """didChange: pending requests for the document are stale; generations the edit is not
+        consistent with (anything but typing their text at their cursor) are cancelled."""
+        self._supersede_waiters(uri)
+        options = self._options()
+        for generation in self._generations.get(uri, []):
+            if generation.done or generation.token.cancelled:
+                continue
+            if not (options.cache and options.typing_along) or not self._still_useful(generation, text):
+                generation.token.cancel()
+
+    def _still_useful(self, generation: Generation, text: str) -> bool:
+        typed = generation.typed_since(text)
+        if typed is not None and generation.text.startswith(typed):
+            return True
+        parent = generation.parent  # a prefetch stays useful while its parent is being typed along
+        if parent is not None:
+            typed = parent.typed_since(text)
+            return typed is not None and parent.consistent_with(typed, postprocess=self.postprocess)
+        return False
+
+    def document_closed(self, uri: str) -> None:
+        self._supersede_waiters(uri)
+        self._cancel_generations(uri)
+        self._generations.pop(uri, None)
+
+    def _cancel_generations(self, uri: str) -> None:
+        for generation in self._generations.get(uri, []):
+            if not generation.done:
+                generation.token.cancel()
+
+    def cancel_all(self) -> None:
+        for uri in list(self._generations):
+            self._supersede_waiters(uri)
+            self._cancel_generations(uri)
+
+    # ----- generations -----------------------------------------------------------------------------
+
+    def _start_generation(
+        self,
+        kind: str,
+        anchor: Anchor,
+        ctx: Any,
+        position: tuple[int, int],
+        options: ServerOptions,
+        parent: Generation | None = None,
+    ) -> Generation:
+        from codespec.engine import CancelToken
+
+        engine = self._get_engine()
+        prompt_ids = encode_prompt(engine.tokenizer, ctx.prompt)
+        gen_id = next(self._ids)
+        record = GenerationRecord(id=gen_id, kind=kind)
+        self.stats.generations.append(record)
+        generation = Generation(
+            id=gen_id,
+            kind=kind,
+            anchor=anchor,
+            ctx=ctx,
+            prompt_ids=prompt_ids,
+            token=CancelToken(),
+            record=record,
+            position=position,
+            stream=options.streaming and kind == "request",
+            parent=parent,
+        )
+        kept = self._generations.setdefault(anchor.uri, [])
+        kept.append(generation)
+        # Forget old finished generations; unfinished ones stay until they end.
+        while len(kept) > GENERATIONS_KEPT_PER_DOCUMENT and kept[0].done:
+            kept.pop(0)
+        loop = asyncio.get_running_loop()
+        future = loop.run_in_executor(
+            self.executor, self._run_on_worker, loop, engine, generation, options
+        )
+        future.add_done_callback(lambda f: f.cancelled() or f.exception())  # never "never retrieved"
+        return generation
+
+    def _run_on_worker(self, loop, engine, generation: Generation, options: ServerOptions) -> None:
+        """Worker thread: stream the engine into the loop. Nothing else touches loop state here."""
+        if generation.token.cancelled or self._closed:
+            loop.call_soon_threadsafe(self._on_finished, generation, None, "cancelled", None)
+            return
+        result = None
+        try:
+            marker = options.debug_fail_marker
+            fail = bool(marker) and marker in generation.ctx.prefix
+            for event in engine.stream(
+                generation.prompt_ids,
+                max_new_tokens=options.max_tokens,
+                cancel=generation.token,
+                stop=generation.ctx.stop,
+                extra_streams=generation.ctx.extra_streams,
+            ):
+                if event.token_ids and generation.token.cancelled:
+                    generation.forwards_after_cancel += 1
+                if fail:
+                    raise MemoryError("simulated out of memory (debugFailMarker)")
+                if event.done:
+                    result = event.result
+                if event.text:
+                    loop.call_soon_threadsafe(self._on_text, generation, event.text)
+        except BaseException as exc:  # noqa: B036 - OOM and friends must not kill the worker
+            logger.exception("generation %d failed", generation.id)
+            _recover_engine(engine, exc)
+            loop.call_soon_threadsafe(self._on_finished, generation, None, "error", exc)
+            return
+        reason = getattr(result, "finish_reason", "eos") if result is not None else "cancelled"
+        loop.call_soon_threadsafe(self._on_finished, generation, result, reason, None)
+
+    def _on_text(self, generation: Generation, text: str) -> None:
+        generation.text += text
+        self._stream(generation)
+        self._service(generation)
+
+    def _on_finished(self, generation: Generation, result: Any, reason: str, exc: BaseException | None) -> None:
+        generation.done = True
+        record = generation.record
+        record.finish_reason = reason
+        if exc is not None:
+            oom = isinstance(exc, MemoryError) or "out of memory" in str(exc).lower()
+            generation.error = ModelError(f"{type(exc).__name__}: {exc}", out_of_memory=oom)
+            record.error = str(generation.error)
+        stats = getattr(result, "stats", None)
+        if stats is not None:
+            data = stats.to_dict() if hasattr(stats, "to_dict") else dict(vars(stats))
+            record.prefill_tokens = int(data.get("prefill_tokens", 0))
+            record.reused_tokens = int(data.get("reused_tokens", 0))
+            record.target_forwards = int(data.get("target_forwards", 0))
+            record.drafted = int(data.get("drafted", 0))
+            record.accepted = int(data.get("accepted", 0))
+            record.new_tokens = len(getattr(result, "token_ids", []) or [])
+            if generation.token.cancelled:
+                record.engine_forwards_after_cancel = int(data.get("forwards_after_cancel", 0))
+        if generation.token.cancelled:
+            record.forwards_after_cancel = generation.forwards_after_cancel
+        self._stream(generation)
+        self._service(generation)
+        self._maybe_prefetch(generation)
+
+    def _stream(self, generation: Generation) -> None:
+        if not generation.stream or generation.token.cancelled or generation.error is not None:
+            return
+        text = self.postprocess(generation.text, generation.ctx) if generation.text or generation.done else ""
+        line, character = generation.position
+        self._notify(
+            "codespec/partialCompletion",
+            {
+                "uri": generation.anchor.uri,
+                "version": generation.anchor.version,
+                "position": {"line": line, "character": character},
+                "text": text,
+                "done": generation.done,
+            },
+        )
+
+    def _service(self, generation: Generation) -> None:
+        """Answer the waiters that can be answered now."""
+        options = self._options()
+        for waiter in list(generation.waiters):
+            if waiter.future.done():
+                continue
+            if generation.error is not None:
+                waiter.future.set_exception(generation.error)
+                continue
+            if generation.done and generation.record.finish_reason == "cancelled":
+                waiter.future.set_result(None)
+                continue
+            suggestion = generation.suggestion(postprocess=self.postprocess, early=options.early_answer)
+            if suggestion is None:
+                if not generation.text.startswith(waiter.typed[: len(generation.text)]):
+                    waiter.future.set_result(None)  # the model went elsewhere than what was typed
+                continue
+            if not suggestion.startswith(waiter.typed):
+                if generation.done or not generation.text.startswith(waiter.typed):
+                    waiter.future.set_result(None)
+                continue
+            rest = suggestion[len(waiter.typed) :]
+            if not rest and not generation.done:
+                continue  # only the typed part is complete so far: wait for more
+            waiter.record.prefill_tokens = generation.record.prefill_tokens if waiter.source == "model" else 0
+            waiter.record.reused_tokens = generation.record.reused_tokens if waiter.source == "model" else 0
+            if rest:
+                generation.shown = True
+            waiter.future.set_result(Answer(text=rest, generation=generation.id, source=waiter.source))
+        if generation.done:
+            self._maybe_prefetch(generation)
+
+    # ----- prefetch --------------------------------------------------------------------------------
+
+    def _maybe_prefetch(self, generation: Generation) -> None:
+        options = self._options()
+        if not (options.prefetch and options.cache) or self._closed:
+            return
+        if not (generation.done and generation.shown) or generation.prefetched or generation.error:
+            return
+        if generation.record.finish_reason == "cancelled":
+            return
+        kept = self._generations.get(generation.anchor.uri, [])
+        if any(not g.done for g in kept):
+            return  # something newer is already running for this document
+        generation.prefetched = True
+        suggestion = self.postprocess(generation.text, generation.ctx)
+        if not suggestion:
+            return
+        try:
+            self._start_prefetch(generation, suggestion, options)
+        except Exception:
+            logger.exception("prefetch after generation %d failed", generation.id)
+
+    def _start_prefetch(self, parent: Generation, suggestion: str, options: ServerOptions) -> None:
+        from codespec.context import Document
+
+        a = parent.anchor
+        text = a.text[: a.offset] + suggestion + a.text[a.offset :]
+        offset = a.offset + len(suggestion)
+        doc = Document(a.uri, a.language_id, text, version=a.version, encoding=self.encoding)
+        position = doc.position_at(offset)
+        build_context, _ = self._context_api()
+        ctx = build_context(doc, *position, tokenizer=self._get_engine().tokenizer)
+        if ctx.mode == "none":
+            return
+        anchor = Anchor(uri=a.uri, version=a.version, text=text, offset=offset, language_id=a.language_id)
+        self._start_generation("prefetch", anchor, ctx, position, options, parent=parent)
+
+    encoding: str = "utf-16"
+
+    # ----- lifecycle -------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Cancel everything and let the worker go; never blocks on a running generation."""
+        self._closed = True
+        self.cancel_all()
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+
+def encode_prompt(tokenizer: Any, prompt: str) -> list[int]:
+    return list(tokenizer.encode(prompt, add_special_tokens=False))
+
+
+def _recover_engine(engine: Any, exc: BaseException) -> None:
+    """After a failure the KV cache may be half-written: drop it; free accelerator memory on OOM."""
+    for name in ("reset", "reset_cache", "clear_cache"):
+        if callable(getattr(engine, name, None)):
+            try:
+                getattr(engine, name)()
+            except Exception:
+                logger.exception("engine.%s() failed", name)
+            break
+    if "out of memory" in str(exc).lower() or isinstance(exc, MemoryError):
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+        except Exception:
+            pass
+
+
+def monotonic_ms() -> float:
+    return time.perf_counter() * 1000.0
+
+
+__all__ = [
+    "ANSWERED",
+    "CANCELLED",
+    "EMPTY",
+    "ERROR",
+    "SUPERSEDED",
+    "Anchor",
+    "Answer",
+    "CompletionManager",
+    "ModelError",
+    "SUPERSEDED_RESULT",
+]

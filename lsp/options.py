@@ -1,0 +1,119 @@
+"""Server options: command-line defaults overridden by `initializationOptions` and later by
+`workspace/didChangeConfiguration` (settings under a "codespec" key, or at the top level)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+DRAFTING_MODES = ("none", "lookup", "model", "both")
+MULTILINE_POLICIES = ("auto", "never", "always")
+LOAD_POLICIES = ("eager", "lazy")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+@dataclass
+class ServerOptions:
+    model: str = "bundled:qwen2.5-coder-1.5b"
+    draft_model: str | None = "bundled:qwen2.5-coder-0.5b"
+    drafting: str = "both"
+    device: str = "auto"
+    threads: int | None = None
+    load_models: str = "eager"
+    max_tokens: int = 128
+    max_lines: int | None = None  # None: the context room's default for the mode
+    multiline: str = "auto"
+    streaming: bool = False
+    log_level: str = "warning"
+    # Latency features; all on by default, off for the cold benchmark baseline.
+    cache: bool = True  # answer from a finished or running generation at the same place
+    typing_along: bool = True  # answer from the suggestion when typed text matches it
+    early_answer: bool = True  # answer after the first line, keep generating the block
+    prefetch: bool = True  # after a shown suggestion, generate what follows its acceptance
+    # Hidden, for tests: simulated per-step model delay and a fault trigger.
+    step_delay_s: float = 0.0
+    debug_fail_marker: str | None = None
+
+    # initializationOptions key -> field name
+    KEYS = {
+        "model": "model",
+        "draftModel": "draft_model",
+        "drafting": "drafting",
+        "draft": "drafting",
+        "device": "device",
+        "threads": "threads",
+        "loadModels": "load_models",
+        "maxTokens": "max_tokens",
+        "maxLines": "max_lines",
+        "multiline": "multiline",
+        "streaming": "streaming",
+        "logLevel": "log_level",
+        "cache": "cache",
+        "typingAlong": "typing_along",
+        "earlyAnswer": "early_answer",
+        "prefetch": "prefetch",
+        "stepDelay": "step_delay_s",
+        "debugFailMarker": "debug_fail_marker",
+    }
+    MODEL_FIELDS = ("model", "draft_model", "drafting", "device", "threads", "step_delay_s")
+
+    def updated(self, settings: Any) -> ServerOptions:
+        """A copy with the recognised keys of `settings` applied; bad values are logged and ignored."""
+        if not isinstance(settings, dict):
+            return self
+        if isinstance(settings.get("codespec"), dict):
+            settings = settings["codespec"]
+        changes: dict[str, Any] = {}
+        for key, value in settings.items():
+            name = self.KEYS.get(key)
+            if name is None:
+                logger.warning("ignoring unknown option %r", key)
+                continue
+            try:
+                changes[name] = _coerce(name, value)
+            except (TypeError, ValueError) as exc:
+                logger.warning("ignoring option %s=%r: %s", key, value, exc)
+        return dataclasses.replace(self, **changes)
+
+    def model_key(self) -> tuple[Any, ...]:
+        """Options whose change needs the engine rebuilt."""
+        return tuple(getattr(self, name) for name in self.MODEL_FIELDS)
+
+
+def _coerce(name: str, value: Any) -> Any:
+    bool_fields = {"streaming", "cache", "typing_along", "early_answer", "prefetch"}
+    if name in bool_fields:
+        if not isinstance(value, bool):
+            raise TypeError("expected true/false")
+        return value
+    if name in ("max_tokens", "threads", "max_lines"):
+        if value is None and name != "max_tokens":
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError("expected a positive integer")
+        return value
+    if name == "step_delay_s":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise ValueError("expected seconds >= 0")
+        return float(value)
+    choices = {
+        "drafting": DRAFTING_MODES,
+        "multiline": MULTILINE_POLICIES,
+        "load_models": LOAD_POLICIES,
+        "log_level": LOG_LEVELS,
+    }.get(name)
+    if choices is not None:
+        if value not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}")
+        return value
+    if name == "draft_model" and value in (None, "", "none"):
+        return None
+    if name == "debug_fail_marker" and value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise TypeError("expected a string")
+    return value

@@ -1,0 +1,105 @@
+"""pygls protocol with the JSON-RPC guarantees the server needs that pygls 2.1.1 lacks.
+
+- A request whose params do not structure (e.g. an unknown triggerKind) is dropped by pygls: the
+  object hook raises inside `json.loads` and the read loop only logs it. Here such a request becomes
+  an `InvalidRequest` marker that is answered with -32602, so every request gets a response.
+- Requests after `shutdown` are answered with -32600 instead of being ignored.
+- `$/cancelRequest` for an already answered request is normal editor traffic: debug, not warning.
+- Position encoding: utf-8 is chosen whenever the client offers it, else pygls's choice (utf-16).
+- Document sync notifications go to the server's own handlers only (its documents live in
+  `codespec.context.Document`); pygls's workspace copy is not kept.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import attrs
+from cattrs import transform_error
+from cattrs.errors import ClassValidationError
+from lsprotocol import types
+from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams, JsonRpcInvalidRequest
+from pygls.protocol import LanguageServerProtocol
+from pygls.protocol.json_rpc import JsonRPCRequestMessage
+from pygls.protocol.language_server import lsp_method
+
+logger = logging.getLogger(__name__)
+
+
+@attrs.define
+class InvalidRequest:
+    """A request that could not be structured; answered with `error` by `handle_message`."""
+
+    id: Any
+    method: str
+    error: JsonRpcException
+    jsonrpc: str = "2.0"
+
+
+class CodespecProtocol(LanguageServerProtocol):
+    def structure_message(self, data: dict[str, Any]):
+        if not (_is_request(data) and "jsonrpc" in data):
+            return super().structure_message(data)
+        request_type = self.get_message_type(data["method"]) or JsonRPCRequestMessage
+        try:
+            return self._converter.structure(data, request_type)
+        except (ClassValidationError, ValueError, TypeError, KeyError) as exc:
+            return InvalidRequest(id=data["id"], method=data["method"], error=invalid_params(exc))
+
+    def handle_message(self, message: Any):
+        if isinstance(message, InvalidRequest):
+            logger.warning("invalid params for %s (id %r): answered -32602", message.method, message.id)
+            self._send_response(message.id, error=message.error.to_response_error())
+            return
+        method = getattr(message, "method", None)
+        if self._shutdown and method not in (None, types.EXIT) and hasattr(message, "id"):
+            error = JsonRpcInvalidRequest("server is shut down")
+            self._send_response(message.id, error=error.to_response_error())
+            return
+        super().handle_message(message)
+
+    def _handle_cancel_notification(self, msg_id: Any):
+        future = self._request_futures.pop(msg_id, None)
+        if future is None:
+            logger.debug("cancel for finished or unknown request %r", msg_id)
+            return
+        future.cancel()
+
+    @lsp_method(types.INITIALIZE)
+    def lsp_initialize(self, params: types.InitializeParams):
+        general = params.capabilities.general
+        offered = (general.position_encodings or []) if general else []
+        if types.PositionEncodingKind.Utf8 in offered:
+            general.position_encodings = [types.PositionEncodingKind.Utf8]
+        return (yield from super().lsp_initialize(params))
+
+    # Sync notifications: only the user handlers (see module docstring).
+    def _user_handler_only(self, method: str, params: Any):
+        if (handler := self.fm.features.get(method)) is not None:
+            yield handler, (params,), None
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_OPEN)
+    def lsp_text_document__did_open(self, params: types.DidOpenTextDocumentParams):
+        yield from self._user_handler_only(types.TEXT_DOCUMENT_DID_OPEN, params)
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
+    def lsp_text_document__did_change(self, params: types.DidChangeTextDocumentParams):
+        yield from self._user_handler_only(types.TEXT_DOCUMENT_DID_CHANGE, params)
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_CLOSE)
+    def lsp_text_document__did_close(self, params: types.DidCloseTextDocumentParams):
+        yield from self._user_handler_only(types.TEXT_DOCUMENT_DID_CLOSE, params)
+
+
+def invalid_params(exc: Exception) -> JsonRpcInvalidParams:
+    """-32602 with a readable reason ("$.context.triggerKind: invalid value ...")."""
+    if isinstance(exc, ClassValidationError):
+        reasons = "; ".join(transform_error(exc, path="$")[:3])
+    else:
+        reasons = str(exc)
+    return JsonRpcInvalidParams(message=f"Invalid params: {reasons}")
+
+
+def _is_request(data: Any) -> bool:
+    return isinstance(data, dict) and "id" in data and isinstance(data.get("method"), str)

@@ -1,0 +1,182 @@
+"""Drive the real `codespec serve --stdio` process with pytest-lsp's client."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import sys
+from concurrent.futures import Future
+from typing import Any
+
+from lsprotocol import types
+from pytest_lsp import ClientServerConfig, LanguageClient, make_test_lsp_client
+
+WAIT_S = 20.0  # bound on every wait; generous for a loaded 2-core machine, never reached when healthy
+SERVER_ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+TINY_ARGS = ["--model", "tiny", "--draft-model", "none", "--draft", "lookup", "--threads", "1"]
+_ids = itertools.count(1)
+
+
+def server_command(*extra: str) -> list[str]:
+    return [sys.executable, "-m", "codespec.cli", "serve", "--stdio", *TINY_ARGS, *extra]
+
+
+def make_client() -> LanguageClient:
+    client = make_test_lsp_client()
+    client.partials = []  # codespec/partialCompletion params, in arrival order
+
+    @client.feature("codespec/partialCompletion")
+    def on_partial(params: Any) -> None:
+        client.partials.append(params)
+
+    return client
+
+
+def capabilities(*, encodings: list[str] | None = None, progress: bool = False) -> types.ClientCapabilities:
+    return types.ClientCapabilities(
+        general=types.GeneralClientCapabilities(position_encodings=encodings) if encodings else None,
+        window=types.WindowClientCapabilities(work_done_progress=progress),
+        text_document=types.TextDocumentClientCapabilities(
+            synchronization=types.TextDocumentSyncClientCapabilities(),
+            inline_completion=types.InlineCompletionClientCapabilities(),
+            completion=types.CompletionClientCapabilities(),
+        ),
+    )
+
+
+@contextlib.asynccontextmanager
+async def session(
+    *extra_args: str,
+    init_options: dict[str, Any] | None = None,
+    caps: types.ClientCapabilities | None = None,
+):
+    config = ClientServerConfig(server_command=server_command(*extra_args), client_factory=make_client, server_env=SERVER_ENV)
+    client = await config.start()
+    try:
+        result = await bounded(
+            client.initialize_session(
+                types.InitializeParams(
+                    capabilities=caps or capabilities(), initialization_options=init_options or {}
+                )
+            ),
+            60.0,  # the first start imports torch and builds the tiny models
+        )
+        client.init_result = result
+        yield client
+    finally:
+        with contextlib.suppress(Exception):
+            await bounded(client.shutdown_session(), WAIT_S)
+        with contextlib.suppress(Exception):
+            await client.stop()
+
+
+async def bounded(awaitable, timeout: float = WAIT_S):
+    return await asyncio.wait_for(awaitable, timeout)
+
+
+def raw_request(client: LanguageClient, method: str, params: Any, msg_id: Any = None) -> asyncio.Future:
+    """Send a request exactly as given (no client-side validation); the future gets the raw result
+    or a JsonRpcException carrying the error code."""
+    msg_id = msg_id if msg_id is not None else f"raw-{next(_ids)}"
+    future: Future = Future()
+    client.protocol._request_futures[msg_id] = future
+    client.protocol._send_data({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params})
+    plain: Future = Future()
+
+    def convert(done: Future) -> None:
+        if done.cancelled():
+            plain.cancel()
+        elif done.exception() is not None:
+            plain.set_exception(done.exception())
+        else:
+            plain.set_result(to_plain(done.result()))
+
+    future.add_done_callback(convert)
+    wrapped = asyncio.wrap_future(plain)
+    wrapped.msg_id = msg_id
+    return wrapped
+
+
+def to_plain(value: Any) -> Any:
+    """pygls turns untyped JSON objects into namedtuples; tests compare plain JSON."""
+    if hasattr(value, "_asdict"):
+        return {key: to_plain(item) for key, item in value._asdict().items()}
+    if isinstance(value, dict):
+        return {key: to_plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_plain(item) for item in value]
+    return value
+
+
+def cancel_request(client: LanguageClient, msg_id: Any) -> None:
+    client.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id=msg_id))
+
+
+async def stats(client: LanguageClient) -> dict[str, Any]:
+    return await bounded(raw_request(client, "codespec/stats", {}))
+
+
+async def document_text(client: LanguageClient, uri: str) -> dict[str, Any] | None:
+    return await bounded(raw_request(client, "codespec/documentText", {"uri": uri}))
+
+
+async def wait_until(predicate, *, timeout: float = WAIT_S, interval: float = 0.02):
+    """Poll an async predicate until it returns a truthy value (bounded)."""
+
+    async def poll():
+        while True:
+            value = await predicate()
+            if value:
+                return value
+            await asyncio.sleep(interval)
+
+    return await bounded(poll(), timeout)
+
+
+def open_doc(client: LanguageClient, uri: str, text: str, language: str = "python", version: int = 1) -> None:
+    client.text_document_did_open(
+        types.DidOpenTextDocumentParams(
+            text_document=types.TextDocumentItem(uri=uri, language_id=language, version=version, text=text)
+        )
+    )
+
+
+def insert(client: LanguageClient, uri: str, version: int, line: int, character: int, text: str) -> None:
+    at = types.Position(line=line, character=character)
+    client.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+            content_changes=[types.TextDocumentContentChangePartial(range=types.Range(start=at, end=at), text=text)],
+        )
+    )
+
+
+def inline_params(
+    uri: str,
+    line: int,
+    character: int,
+    *,
+    trigger: int = 2,
+    selected: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    context: dict[str, Any] = {"triggerKind": trigger}
+    if selected is not None:
+        context["selectedCompletionInfo"] = selected
+    return {
+        "textDocument": {"uri": uri},
+        "position": {"line": line, "character": character},
+        "context": context,
+    }
+
+
+def inline(client: LanguageClient, uri: str, line: int, character: int, **kwargs) -> asyncio.Future:
+    """textDocument/inlineCompletion; the raw JSON result (None, or {"items": [...]})."""
+    return raw_request(client, types.TEXT_DOCUMENT_INLINE_COMPLETION, inline_params(uri, line, character, **kwargs))
+
+
+def item_text(result: Any) -> str | None:
+    if not result or not result.get("items"):
+        return None
+    return result["items"][0]["insertText"]
