@@ -19,6 +19,7 @@ from pygls.lsp.server import LanguageServer
 # Two lines, so that clients must show inline text and a virtual line.
 SUGGESTION = "(a, b):\n    return a + b"
 ACCEPT_COMMAND = "codespec.accept"
+REJECT_COMMAND = "codespec.reject"
 STREAM_CHUNKS = 3
 
 
@@ -27,9 +28,10 @@ class StandinServer(LanguageServer):
         super().__init__("codespec-standin", "0.0-standin")
         self.delay_s = delay_s
         self.streaming = False
-        self.counts = {"requests": 0, "completed": 0, "cancelled": 0, "accepted": 0}
+        self.counts = {"requests": 0, "completed": 0, "cancelled": 0, "accepted": 0, "rejected": 0}
         self.latencies_ms: list[float] = []
         self.accepted_args: list[Any] = []
+        self.rejected_args: list[Any] = []
 
 
 def build_server(delay_s: float) -> StandinServer:
@@ -77,6 +79,11 @@ def build_server(delay_s: float) -> StandinServer:
         ls.counts["accepted"] += 1
         ls.accepted_args.extend(arguments)
 
+    @server.command(REJECT_COMMAND)
+    def reject(ls: StandinServer, *arguments: Any) -> None:
+        ls.counts["rejected"] += 1
+        ls.rejected_args.extend(arguments)
+
     @server.feature("codespec/stats")
     def stats(ls: StandinServer, _params: Any) -> dict[str, Any]:
         ordered = sorted(ls.latencies_ms)
@@ -91,7 +98,8 @@ def build_server(delay_s: float) -> StandinServer:
             "latencyMs": {"count": len(ordered), "p50": pct(0.5), "p90": pct(0.9), "p99": pct(0.99)},
             "acceptanceRate": ls.counts["accepted"] / served if served else None,
             "acceptedArgs": ls.accepted_args,
-            "model": "standin",
+            "rejectedArgs": ls.rejected_args,
+            "engine": {"loaded": True, "model": "standin"},
         }
 
     return server

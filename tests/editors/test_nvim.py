@@ -112,10 +112,14 @@ def test_escape_and_cursor_moves_dismiss(make_nvim) -> None:
     nvim = make_nvim()
     nvim.input("idef add")
     wait_for_ghost(nvim, SUGGESTION)
+    command_arguments = nvim.suggestion()["item"]["command"]["arguments"]
     nvim.input("<Esc>")
     nvim.wait(lambda: nvim.mode() == "n", "normal mode")
     assert nvim.ghost_marks() == [] and nvim.suggestion() is None
     assert nvim.buffer_lines() == ["def add"]
+    # A dismissed item is reported as rejected (codespec.reject with the item's arguments).
+    stats = nvim.wait(lambda: (s := nvim.server_stats())["rejected"] == 1 and s, "the reject command")
+    assert stats["rejectedArgs"] == command_arguments and stats["accepted"] == 0
 
     nvim.input("A")
     wait_for_ghost(nvim, SUGGESTION)
@@ -169,3 +173,4 @@ def test_stats_command_and_checkhealth(make_nvim) -> None:
     report = "\n".join(nvim.buffer_lines())
     assert "server command:" in report and "attached: client" in report
     assert "model loaded: standin" in report
+    assert "model standin (loaded)" in output

@@ -73,6 +73,27 @@ local function cancel_pending()
   end
 end
 
+--- Tell the server once per shown item whether it was taken: on accept the item's own command
+--- (codespec.accept), on dismiss codespec.reject with the same arguments.
+local function report(s, accepted)
+  if s.command_sent or not s.item or type(s.item.command) ~= "table" then
+    return
+  end
+  s.command_sent = true
+  local client = vim.lsp.get_client_by_id(s.client_id)
+  if not client then
+    return
+  end
+  local command = s.item.command
+  if not accepted then
+    if command.command ~= "codespec.accept" then
+      return
+    end
+    command = { title = "codespec: suggestion rejected", command = "codespec.reject", arguments = command.arguments }
+  end
+  compat.exec_cmd(client, command, s.bufnr)
+end
+
 --- Hide the suggestion and cancel the request in flight.
 function M.dismiss()
   if timer then
@@ -81,6 +102,7 @@ function M.dismiss()
   cancel_pending()
   if current then
     clear_marks(current.bufnr)
+    report(current, false)
     current = nil
   end
 end
@@ -285,6 +307,7 @@ local function on_text_changed()
           render()
           return
         end
+        report(current, true) -- typed all of it: as good as accepted
       end
     end
   end
@@ -304,17 +327,6 @@ local function on_cursor_moved()
   end
   M.dismiss()
   schedule_request()
-end
-
-local function run_command(s)
-  if s.command_sent or not s.item or not s.item.command then
-    return
-  end
-  s.command_sent = true
-  local client = vim.lsp.get_client_by_id(s.client_id)
-  if client then
-    compat.exec_cmd(client, s.item.command, s.bufnr)
-  end
 end
 
 --- Insert `text` at the cursor, replacing `replace_after` bytes after it, and move the cursor after it.
@@ -337,7 +349,7 @@ local function accept_part(part)
   local whole = part == s.text
   local row, col = insert(s, part, whole and s.replace_after or 0)
   M.counters.accepted = M.counters.accepted + (whole and 1 or 0)
-  run_command(s)
+  report(s, true)
   if whole then
     clear_marks(s.bufnr)
     current = nil

@@ -55,11 +55,13 @@ function M.check()
     health.warn("codespec/stats: " .. tostring(stats.error))
     return
   end
-  local model = stats.server.model or stats.server.target
-  if model then
-    health.ok("model loaded: " .. (type(model) == "table" and vim.inspect(model) or tostring(model)))
+  local engine = type(stats.server.engine) == "table" and stats.server.engine or {}
+  if engine.loaded then
+    health.ok("model loaded: " .. tostring(engine.model)
+      .. (engine.draftModel and engine.draftModel ~= vim.NIL and (", draft " .. tostring(engine.draftModel)) or ""))
   else
-    health.info("model: not reported yet (loaded on first request)")
+    health.warn("model not loaded yet: " .. tostring(engine.model)
+      .. " (it loads at start, or on the first request with loadModels = \"lazy\"; see the LSP log)")
   end
   for _, line in ipairs(codespec.stats_lines(stats)) do
     health.info(line)

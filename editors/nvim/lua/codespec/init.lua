@@ -174,6 +174,10 @@ function M.stats_lines(stats)
     if type(acceptance) == "number" then
       table.insert(lines, string.format("acceptance %s", format_number(acceptance * 100, "%")))
     end
+    if type(server.engine) == "table" then
+      table.insert(lines, string.format("model %s (%s)", tostring(server.engine.model),
+        server.engine.loaded and "loaded" or "not loaded"))
+    end
     local tau = type(server.generations) == "table" and server.generations.tau or server.tau
     if type(tau) == "number" then
       table.insert(lines, string.format("tau %s tokens per target forward", format_number(tau)))
@@ -186,7 +190,8 @@ function M.stats_lines(stats)
     end
     table.sort(lines, function(a, b)
       local function rank(line)
-        return line:match("^latency") and 0 or line:match("^acceptance") and 1 or line:match("^tau") and 2 or 3
+        return line:match("^latency") and 0 or line:match("^acceptance") and 1 or line:match("^tau") and 2
+          or line:match("^model") and 3 or 4
       end
       local ka, kb = rank(a), rank(b)
       return ka ~= kb and ka < kb or (ka == kb and a < b)
