@@ -1,0 +1,346 @@
+"""The decode loop: draft cheaply, verify all drafts in one target forward, keep exactly what the target
+would have produced. Greedy output is identical to plain greedy; sampling output has exactly the target's
+distribution (rejection sampling). The target KV cache survives between calls, so a prompt that shares a
+prefix with the previous one only prefills the new tokens."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+
+import torch
+from transformers import DynamicCache
+
+from codespec.errors import CodespecError
+from codespec.proposers import (
+    CombinedProposer,
+    Draft,
+    DraftModelConfig,
+    DraftModelProposer,
+    LookupConfig,
+    LookupProposer,
+    Proposer,
+    common_prefix_len,
+    rollback_cache,
+)
+from codespec.sampling import Sampler
+
+DRAFTING_MODES = ("none", "lookup", "model", "both")
+StopFn = Callable[[str], int | None]
+
+
+class CancelToken:
+    """Set from any thread; the decode loop checks it before every target forward."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.cancelled_at: float | None = None
+
+    def cancel(self) -> None:
+        if not self._event.is_set():
+            self.cancelled_at = time.perf_counter()
+            self._event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
+
+
+@dataclass
+class GenerationStats:
+    prompt_tokens: int = 0
+    prefill_tokens: int = 0  # prompt tokens actually run through the target
+    reused_tokens: int = 0  # prompt tokens whose KV came from the previous call
+    prefill_s: float = 0.0
+    target_forwards: int = 0  # decode forwards (prefill not counted)
+    drafted: int = 0
+    accepted: int = 0
+    drafted_by: dict[str, int] = field(default_factory=dict)
+    accepted_by: dict[str, int] = field(default_factory=dict)
+    new_tokens: int = 0
+    decode_s: float = 0.0
+    forwards_after_cancel: int = 0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def mean_accept_len(self) -> float:
+        """tau: tokens produced per target forward (accepted drafts + the target's own token)."""
+        return self.new_tokens / self.target_forwards if self.target_forwards else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.new_tokens / self.decode_s if self.decode_s else 0.0
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.update(
+            acceptance_rate=self.acceptance_rate,
+            mean_accept_len=self.mean_accept_len,
+            tokens_per_s=self.tokens_per_s,
+        )
+        return d
+
+
+@dataclass
+class GenerationResult:
+    text: str
+    token_ids: list[int]
+    finish_reason: str  # eos | max_tokens | stop | cancelled | time
+    stats: GenerationStats
+
+
+@dataclass
+class StepEvent:
+    # Text added by this step; deltas only ever append. A stop rule may cut the text shorter than what was
+    # already streamed: the final event's result.text is authoritative.
+    text: str
+    token_ids: list[int]  # tokens added by this step
+    done: bool = False
+    result: GenerationResult | None = None
+
+
+class Engine:
+    def __init__(
+        self,
+        target,
+        draft=None,
+        drafting: str = "lookup",
+        *,
+        lookup: LookupConfig | None = None,
+        draft_config: DraftModelConfig | None = None,
+        step_delay_s: float = 0.0,
+        stop_token_ids: Sequence[int] | None = None,
+    ) -> None:
+        """`target` / `draft` are LoadedModel-like objects (with .model and .tokenizer) or bare HF models."""
+        self.target = _model_of(target)
+        self.tokenizer = getattr(target, "tokenizer", None)
+        self.device = next(self.target.parameters()).device
+        self.draft_model = _model_of(draft) if draft is not None else None
+        if drafting not in DRAFTING_MODES:
+            raise CodespecError(f"unknown drafting mode {drafting!r}; use one of {', '.join(DRAFTING_MODES)}")
+        if drafting in ("model", "both") and self.draft_model is None:
+            raise CodespecError(f"drafting {drafting!r} needs a draft model")
+        self.drafting = drafting
+        self.step_delay_s = step_delay_s
+        self.lookup = LookupProposer(lookup)
+        self.model_drafter = DraftModelProposer(self.draft_model, draft_config) if self.draft_model is not None else None
+        self.stop_token_ids = set(stop_token_ids if stop_token_ids is not None else _default_stops(self))
+        self.max_positions = getattr(self.target.config, "max_position_embeddings", None)
+        self._cache: DynamicCache | None = None
+        self._cached: list[int] = []  # tokens whose keys/values the target cache holds
+
+    def proposer(self, drafting: str) -> Proposer | None:
+        if drafting == "none":
+            return None
+        if drafting == "lookup":
+            return self.lookup
+        if self.model_drafter is None:
+            raise CodespecError(f"drafting {drafting!r} needs a draft model")
+        if drafting == "model":
+            return self.model_drafter
+        return CombinedProposer(self.lookup, self.model_drafter)
+
+    def reset_cache(self) -> None:
+        self._cache, self._cached = None, []
+        if self.model_drafter is not None:
+            self.model_drafter.reset()
+
+    def generate(self, prompt_ids: Sequence[int], **kwargs) -> GenerationResult:
+        for event in self.stream(prompt_ids, **kwargs):
+            if event.done:
+                assert event.result is not None
+                return event.result
+        raise AssertionError("stream ended without a result")
+
+    def stream(
+        self,
+        prompt_ids: Sequence[int],
+        *,
+        max_new_tokens: int = 128,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        cancel: CancelToken | None = None,
+        stop: StopFn | None = None,
+        extra_streams: Sequence[Sequence[int]] = (),
+        max_time_s: float | None = None,
+        drafting: str | None = None,
+    ) -> Iterator[StepEvent]:
+        prompt = [int(t) for t in prompt_ids]
+        if not prompt:
+            raise CodespecError("empty prompt")
+        if self.max_positions and len(prompt) + max_new_tokens > self.max_positions:
+            raise CodespecError(
+                f"prompt of {len(prompt)} tokens + {max_new_tokens} new exceeds the model's "
+                f"context window of {self.max_positions} tokens"
+            )
+        sampler = Sampler(temperature, top_p, seed)
+        proposer = self.proposer(drafting or self.drafting)
+        stats = GenerationStats(prompt_tokens=len(prompt))
+        started = time.perf_counter()
+        try:
+            yield from self._decode(prompt, max_new_tokens, sampler, proposer, stats, cancel, stop,
+                                    extra_streams, max_time_s, started)
+        except GeneratorExit:  # the consumer stopped listening at a step boundary: the cache is consistent
+            raise
+        except BaseException:
+            self.reset_cache()  # a forward that died may have left the cache half-written
+            raise
+
+    @torch.inference_mode()
+    def _decode(self, prompt, max_new_tokens, sampler, proposer, stats, cancel, stop, extra_streams,
+                max_time_s, started) -> Iterator[StepEvent]:
+        self._prefill(prompt, stats)
+        if proposer is not None:
+            proposer.begin(prompt, extra_streams)
+        ids = list(prompt)
+        generated: list[int] = []
+        text = ""
+        finish = None
+        decode_started = time.perf_counter()
+        while finish is None:
+            if len(generated) >= max_new_tokens:
+                finish = "max_tokens"
+            elif cancel is not None and cancel.cancelled:
+                finish = "cancelled"
+            elif max_time_s is not None and time.perf_counter() - started > max_time_s:
+                finish = "time"
+            if finish:
+                break
+            new_tokens = self._step(ids, max_new_tokens - len(generated), sampler, proposer, stats)
+            if cancel is not None and cancel.cancelled_at is not None:
+                stats.forwards_after_cancel += 1
+            if self.step_delay_s:
+                time.sleep(self.step_delay_s)
+            for i, token in enumerate(new_tokens):
+                if token in self.stop_token_ids:
+                    new_tokens, finish = new_tokens[:i], "eos"
+                    break
+            generated.extend(new_tokens)
+            new_text = self._decode_text(generated)
+            if stop is not None:
+                cut = stop(new_text)
+                if cut is not None:
+                    new_text, finish = new_text[:cut], "stop"
+            delta = new_text[len(text) :] if new_text.startswith(text) else ""
+            text = new_text
+            stats.new_tokens = len(generated)
+            stats.decode_s = time.perf_counter() - decode_started
+            if delta or new_tokens:
+                yield StepEvent(text=delta, token_ids=new_tokens)
+        stats.decode_s = time.perf_counter() - decode_started
+        # Text held back as a possible partial UTF-8 sequence is final now.
+        final_text = text if finish == "stop" else self.tokenizer_decode(generated)
+        if final_text != text and final_text.startswith(text):
+            yield StepEvent(text=final_text[len(text) :], token_ids=[])
+        result = GenerationResult(text=final_text, token_ids=generated, finish_reason=finish, stats=stats)
+        yield StepEvent(text="", token_ids=[], done=True, result=result)
+
+    def _prefill(self, prompt: list[int], stats: GenerationStats) -> None:
+        """Fill the target cache with prompt[:-1], reusing the shared prefix of the previous call."""
+        t0 = time.perf_counter()
+        keep = min(common_prefix_len(self._cached, prompt), len(prompt) - 1)
+        if self._cache is None:
+            self._cache, keep = DynamicCache(), 0
+        rollback_cache(self._cache, keep)
+        self._cached = prompt[:keep]
+        todo = prompt[keep:-1]
+        if todo:
+            self._forward(todo, logits=1)
+        stats.reused_tokens = keep
+        stats.prefill_tokens = len(prompt) - keep
+        stats.prefill_s = time.perf_counter() - t0
+
+    def _forward(self, tokens: list[int], logits: int) -> torch.Tensor:
+        out = self.target(
+            input_ids=torch.tensor([tokens], device=self.device),
+            past_key_values=self._cache,
+            use_cache=True,
+            logits_to_keep=logits,
+        )
+        self._cached.extend(tokens)
+        return out.logits[0].float()
+
+    def _step(self, ids: list[int], budget: int, sampler: Sampler, proposer: Proposer | None,
+              stats: GenerationStats) -> list[int]:
+        """One speculative step: draft, verify in one forward, accept, roll back the rest.
+        Invariant: the target cache holds ids[:-1]; ids[-1] is fed with the drafts."""
+        # The target's own token always comes on top of the drafts, so never draft the last budget slot.
+        draft = proposer.propose(ids, budget - 1, sampler) if proposer is not None else None
+        drafts = draft.tokens[: budget - 1] if draft else []
+        logits = self._forward([ids[-1], *drafts], logits=len(drafts) + 1)
+        stats.target_forwards += 1
+        if sampler.greedy:
+            accepted, next_token = _verify_greedy(drafts, logits)
+        else:
+            accepted, next_token = _verify_sampling(draft, drafts, logits, sampler)
+        rollback_cache(self._cache, len(ids) + accepted)
+        del self._cached[len(ids) + accepted :]
+        if drafts:
+            source = draft.source
+            stats.drafted += len(drafts)
+            stats.accepted += accepted
+            stats.drafted_by[source] = stats.drafted_by.get(source, 0) + len(drafts)
+            stats.accepted_by[source] = stats.accepted_by.get(source, 0) + accepted
+            proposer.feedback(len(drafts), accepted)
+        new_tokens = [*drafts[:accepted], next_token]
+        ids.extend(new_tokens)
+        return new_tokens
+
+    def _decode_text(self, tokens: list[int]) -> str:
+        text = self.tokenizer_decode(tokens)
+        # Trailing replacement characters may be an incomplete multi-byte character: hold them back.
+        return text.rstrip("\ufffd")
+
+    def tokenizer_decode(self, tokens: list[int]) -> str:
+        if self.tokenizer is None:
+            return ""
+        return self.tokenizer.decode(tokens, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+
+def _verify_greedy(drafts: list[int], logits: torch.Tensor) -> tuple[int, int]:
+    """Accept the longest prefix of drafts that equals the target's argmax, then the target's next token."""
+    choice = logits.argmax(dim=-1).tolist()
+    accepted = 0
+    while accepted < len(drafts) and drafts[accepted] == choice[accepted]:
+        accepted += 1
+    return accepted, choice[accepted]
+
+
+def _verify_sampling(draft: Draft | None, drafts: list[int], logits: torch.Tensor,
+                     sampler: Sampler) -> tuple[int, int]:
+    """Speculative sampling: accept d with probability min(1, p(d)/q(d)); on rejection sample from
+    norm(max(0, p - q)). A draft without distributions is a point mass (q(d) = 1)."""
+    p = sampler.probs(logits).cpu()
+    for i, token in enumerate(drafts):
+        q = draft.probs[i] if draft is not None and draft.probs is not None else None
+        q_token = float(q[token]) if q is not None else 1.0
+        if sampler.uniform() * q_token < float(p[i, token]):
+            continue
+        if q is None:
+            residual = p[i].clone()
+            residual[token] = 0.0
+        else:
+            residual = torch.clamp(p[i] - q, min=0.0)
+        total = float(residual.sum())
+        return i, sampler.sample(residual / total if total > 0 else p[i])
+    return len(drafts), sampler.sample(p[len(drafts)])
+
+
+def _model_of(obj):
+    # A LoadedModel wraps the HF model; a bare HF causal LM is used as it is (its `.model` is the trunk).
+    return obj if isinstance(obj, torch.nn.Module) else obj.model
+
+
+def _default_stops(engine: Engine) -> list[int]:
+    if engine.tokenizer is None:
+        eos = getattr(engine.target.config, "eos_token_id", None)
+        return [eos] if isinstance(eos, int) else list(eos or [])
+    from codespec.models import stop_token_ids
+
+    return stop_token_ids(engine.tokenizer)

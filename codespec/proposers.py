@@ -1,0 +1,281 @@
+"""Drafters for speculative decoding. Every drafter implements one small interface (`Proposer`): it is told
+about the prompt once, asked for a draft for the current sequence, and told how many of its tokens the
+target accepted. Verification lives in the engine; a drafter can never change the output, only the speed."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+from transformers import DynamicCache
+
+from codespec.sampling import Sampler
+
+
+@dataclass
+class Draft:
+    tokens: list[int]
+    # One distribution over the vocabulary per draft token (the drafter's q), or None for a point mass
+    # (a lookup draft proposes one token with certainty).
+    probs: torch.Tensor | None
+    source: str
+
+
+class Proposer(Protocol):
+    name: str
+
+    def begin(self, prompt_ids: Sequence[int], extra_streams: Sequence[Sequence[int]]) -> None:
+        """A new generation starts from `prompt_ids`; `extra_streams` are other token sequences to draw from."""
+
+    def propose(self, ids: Sequence[int], max_tokens: int, sampler: Sampler) -> Draft | None:
+        """Draft up to `max_tokens` tokens that follow `ids` (prompt + accepted tokens so far)."""
+
+    def feedback(self, drafted: int, accepted: int) -> None:
+        """The target accepted `accepted` of the `drafted` tokens of the last draft."""
+
+
+def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    # Compare in chunks first: prompts of consecutive keystrokes share thousands of tokens.
+    step = 256
+    while i + step <= n and list(a[i : i + step]) == list(b[i : i + step]):
+        i += step
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class NgramIndex:
+    """Where each n-gram (min_n..max_n tokens) of a token sequence last ended, maintained incrementally:
+    appending or truncating touches only the changed tokens, never the whole sequence."""
+
+    def __init__(self, min_n: int, max_n: int, tokens: Sequence[int] = ()) -> None:
+        self.min_n, self.max_n = min_n, max_n
+        self.tokens: list[int] = []
+        # n -> ngram -> end positions, ascending. An n-gram is indexed only once a token follows it,
+        # so a lookup of the sequence's own suffix never finds itself.
+        self._ends: dict[int, dict[tuple[int, ...], list[int]]] = {n: {} for n in range(min_n, max_n + 1)}
+        self.extend(tokens)
+
+    def extend(self, new_tokens: Sequence[int]) -> None:
+        for token in new_tokens:
+            end = len(self.tokens) - 1  # the n-grams ending here now have a continuation
+            self.tokens.append(token)
+            for n in range(self.min_n, self.max_n + 1):
+                if end - n + 1 < 0:
+                    break
+                key = tuple(self.tokens[end - n + 1 : end + 1])
+                self._ends[n].setdefault(key, []).append(end)
+
+    def truncate(self, length: int) -> None:
+        while len(self.tokens) > length:
+            end = len(self.tokens) - 2  # the n-grams that ended before the last token lose their continuation
+            for n in range(self.min_n, self.max_n + 1):
+                if end - n + 1 < 0:
+                    break
+                key = tuple(self.tokens[end - n + 1 : end + 1])
+                positions = self._ends[n][key]
+                positions.pop()
+                if not positions:
+                    del self._ends[n][key]
+            self.tokens.pop()
+
+    def sync(self, tokens: Sequence[int]) -> None:
+        """Make the index describe `tokens`, reusing the shared prefix."""
+        keep = common_prefix_len(self.tokens, tokens)
+        self.truncate(keep)
+        self.extend(tokens[keep:])
+
+    def find(self, key: tuple[int, ...]) -> int | None:
+        """End position of the most recent occurrence of `key` that has a continuation."""
+        positions = self._ends.get(len(key), {}).get(key)
+        return positions[-1] if positions else None
+
+
+@dataclass
+class LookupConfig:
+    min_n: int = 2
+    max_n: int = 6
+    min_draft: int = 2
+    max_draft: int = 24
+    # Draft length per matched token: a longer match is likelier to continue.
+    tokens_per_matched: int = 2
+    max_extra_streams: int = 32
+
+
+class LookupProposer:
+    """Prompt lookup: find the longest recent n-gram match of the sequence's tail in the prompt, the tokens
+    generated so far, or extra streams (other documents, earlier completions), and propose what followed."""
+
+    name = "lookup"
+
+    def __init__(self, config: LookupConfig | None = None) -> None:
+        self.config = config or LookupConfig()
+        self._main = NgramIndex(self.config.min_n, self.config.max_n)
+        self._extra_cache: OrderedDict[tuple[int, ...], NgramIndex] = OrderedDict()
+        self._extras: list[NgramIndex] = []
+        self._limit = self.config.max_draft
+
+    def begin(self, prompt_ids: Sequence[int], extra_streams: Sequence[Sequence[int]]) -> None:
+        self._main.sync(prompt_ids)
+        self._limit = self.config.max_draft  # adaptation is per generation, so a seed fixes the output
+        self._extras = [self._extra_index(stream) for stream in extra_streams if len(stream) > self.config.min_n]
+
+    def _extra_index(self, stream: Sequence[int]) -> NgramIndex:
+        key = tuple(stream)
+        index = self._extra_cache.pop(key, None) or NgramIndex(self.config.min_n, self.config.max_n, key)
+        self._extra_cache[key] = index
+        while len(self._extra_cache) > self.config.max_extra_streams:
+            self._extra_cache.popitem(last=False)
+        return index
+
+    def propose(self, ids: Sequence[int], max_tokens: int, sampler: Sampler) -> Draft | None:
+        if max_tokens <= 0:
+            return None
+        self._main.extend(ids[len(self._main.tokens) :])
+        tail = self._main.tokens
+        cfg = self.config
+        for n in range(min(cfg.max_n, len(tail) - 1), cfg.min_n - 1, -1):
+            key = tuple(tail[-n:])
+            for index in (self._main, *self._extras):
+                end = index.find(key)
+                if end is None:
+                    continue
+                matched = self._match_length(index.tokens, end, tail)
+                length = max(cfg.min_draft, cfg.tokens_per_matched * matched)
+                length = min(length, self._limit, max_tokens)
+                tokens = index.tokens[end + 1 : end + 1 + length]
+                if tokens:
+                    return Draft(tokens=list(tokens), probs=None, source=self.name)
+        return None
+
+    @staticmethod
+    def _match_length(source: Sequence[int], end: int, tail: Sequence[int], cap: int = 32) -> int:
+        """How many tokens before the match agree with the tail (the match's real length)."""
+        n = 0
+        while n < cap and end - n >= 0 and n < len(tail) and source[end - n] == tail[-1 - n]:
+            n += 1
+        return n
+
+    def feedback(self, drafted: int, accepted: int) -> None:
+        # Shrink the cap after poor drafts (each rejected token costs verify work), grow it after full accepts.
+        if accepted == drafted:
+            self._limit = min(self.config.max_draft, self._limit * 2)
+        elif accepted < drafted // 2:
+            self._limit = max(self.config.min_draft, self._limit // 2)
+
+
+@dataclass
+class DraftModelConfig:
+    max_draft: int = 8
+    min_draft: int = 1
+    start_draft: int = 4
+    # Stop drafting once the draft model's top probability falls below this (greedy) ...
+    min_confidence: float = 0.3
+
+
+class DraftModelProposer:
+    """A small model with the target's tokenizer drafts autoregressively, with its own KV cache kept in step
+    with the accepted tokens (and reused across generations for a shared prefix)."""
+
+    name = "model"
+
+    def __init__(self, model: torch.nn.Module, config: DraftModelConfig | None = None) -> None:
+        self.model = model
+        self.config = config or DraftModelConfig()
+        self.device = next(model.parameters()).device
+        self._cache: DynamicCache | None = None
+        self._cached: list[int] = []  # the tokens whose keys/values are in the cache
+        self._length = self.config.start_draft
+
+    def begin(self, prompt_ids: Sequence[int], extra_streams: Sequence[Sequence[int]]) -> None:
+        # The cache is synced lazily in propose(): this generation may never need the draft model.
+        self._length = self.config.start_draft
+
+    def reset(self) -> None:
+        self._cache, self._cached = None, []
+
+    def _sync(self, ids: Sequence[int]) -> list[int]:
+        """Roll the cache back to the prefix it shares with `ids`; return the tokens still to feed (>= 1)."""
+        keep = min(common_prefix_len(self._cached, ids), len(ids) - 1)
+        if self._cache is None:
+            self._cache, keep = DynamicCache(), 0
+        rollback_cache(self._cache, keep)
+        self._cached = list(ids[:keep])
+        return list(ids[keep:])
+
+    @torch.inference_mode()
+    def propose(self, ids: Sequence[int], max_tokens: int, sampler: Sampler) -> Draft | None:
+        limit = min(self._length, max_tokens)
+        if limit <= 0:
+            return None
+        try:
+            feed = self._sync(ids)
+            tokens: list[int] = []
+            probs: list[torch.Tensor] = []
+            while len(tokens) < limit:
+                logits = self._forward(feed)
+                token, q = sampler.draft(logits)
+                if sampler.greedy and tokens and float(q) < self.config.min_confidence:
+                    break
+                tokens.append(token)
+                if not sampler.greedy:
+                    probs.append(q)
+                feed = [token]
+        except BaseException:
+            self.reset()
+            raise
+        return Draft(tokens=tokens, probs=torch.stack(probs) if probs else None, source=self.name)
+
+    def _forward(self, feed: list[int]) -> torch.Tensor:
+        out = self.model(
+            input_ids=torch.tensor([feed], device=self.device),
+            past_key_values=self._cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        self._cached.extend(feed)
+        return out.logits[0, -1].float()
+
+    def feedback(self, drafted: int, accepted: int) -> None:
+        if drafted and accepted == drafted:
+            self._length = min(self.config.max_draft, self._length + 2)
+        else:
+            self._length = max(self.config.min_draft, self._length - 1)
+
+
+class CombinedProposer:
+    """Lookup first (free), the draft model only when lookup has nothing to offer."""
+
+    name = "both"
+
+    def __init__(self, lookup: LookupProposer, model: DraftModelProposer) -> None:
+        self.lookup, self.model = lookup, model
+        self._last: Proposer | None = None
+
+    def begin(self, prompt_ids: Sequence[int], extra_streams: Sequence[Sequence[int]]) -> None:
+        self.lookup.begin(prompt_ids, extra_streams)
+        self.model.begin(prompt_ids, extra_streams)
+
+    def propose(self, ids: Sequence[int], max_tokens: int, sampler: Sampler) -> Draft | None:
+        draft = self.lookup.propose(ids, max_tokens, sampler)
+        self._last = self.lookup
+        if draft is None:
+            draft = self.model.propose(ids, max_tokens, sampler)
+            self._last = self.model
+        return draft
+
+    def feedback(self, drafted: int, accepted: int) -> None:
+        if self._last is not None:
+            self._last.feedback(drafted, accepted)
+
+
+def rollback_cache(cache: DynamicCache, length: int) -> None:
+    """Drop cached positions past `length` (rejected drafts, or a prompt that diverged)."""
+    extra = cache.get_seq_length() - length
+    if extra > 0:
+        cache.crop(-extra)

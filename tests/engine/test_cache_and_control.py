@@ -1,0 +1,121 @@
+"""KV cache rollback and reuse, cancellation, limits, streaming text."""
+
+import threading
+
+import pytest
+import torch
+
+from codespec.engine import CancelToken, Engine
+from codespec.errors import CodespecError
+from tests.engine.conftest import Bundle, reference_greedy
+
+
+@torch.inference_mode()
+def test_cache_after_rollback_equals_full_recompute(target, draft):
+    engine = Engine(target, draft, drafting="both", stop_token_ids=[])
+    prompt = list(b"for i in range(10):\n    print(i)\nfor i in range(10):\n")
+    result = engine.generate(prompt, max_new_tokens=40)
+    assert result.stats.drafted > result.stats.accepted  # rejections happened, so rollbacks happened
+    sequence = prompt + result.token_ids
+    assert engine._cache.get_seq_length() == len(sequence) - 1 == len(engine._cached)
+    cached = target.model(input_ids=torch.tensor([sequence[-1:]]), past_key_values=engine._cache).logits[0, -1]
+    full = target.model(input_ids=torch.tensor([sequence])).logits[0, -1]
+    torch.testing.assert_close(cached, full, rtol=1e-4, atol=1e-4)
+
+
+def test_shared_prefix_is_not_prefilled_again(target, draft):
+    engine = Engine(target, draft, drafting="both", stop_token_ids=[])
+    first = list(b"import os\nimport sys\n\ndef main():\n    ")
+    engine.generate(first, max_new_tokens=10)
+    second = first + list(b"pri")  # the user typed on
+    result = engine.generate(second, max_new_tokens=10)
+    assert result.stats.reused_tokens == len(first)
+    assert result.stats.prefill_tokens == 3
+    assert result.token_ids == reference_greedy(target.model, second, 10, set())
+    diverged = first[:-4] + list(b"\treturn")  # an edit before the end of the previous prompt
+    result = engine.generate(diverged, max_new_tokens=10)
+    assert result.stats.reused_tokens == len(first) - 4
+    assert result.token_ids == reference_greedy(target.model, diverged, 10, set())
+
+
+def test_cancel_stops_within_one_step(target):
+    engine = Engine(target, drafting="lookup", stop_token_ids=[], step_delay_s=0.01)
+    token = CancelToken()
+    steps = 0
+    forwards_at_cancel = None
+    events = engine.stream(list(b"while True:\n"), max_new_tokens=500, cancel=token)
+    for event in events:
+        steps += 1
+        if steps == 5:
+            forwards_at_cancel = steps
+            threading.Thread(target=token.cancel).start()
+        if event.done:
+            result = event.result
+    assert result.finish_reason == "cancelled"
+    assert result.stats.forwards_after_cancel <= 1
+    assert result.stats.target_forwards <= forwards_at_cancel + 1
+    assert len(result.token_ids) < 500
+
+
+def test_cancel_before_start_runs_no_decode_forward(target):
+    token = CancelToken()
+    token.cancel()
+    result = Engine(target, stop_token_ids=[]).generate([1, 2, 3], max_new_tokens=50, cancel=token)
+    assert result.finish_reason == "cancelled"
+    assert result.stats.target_forwards == 0
+    assert result.token_ids == []
+
+
+def test_time_limit(target):
+    engine = Engine(target, stop_token_ids=[], step_delay_s=0.02)
+    result = engine.generate([5, 6, 7], max_new_tokens=10_000, max_time_s=0.1)
+    assert result.finish_reason == "time"
+    assert 0 < len(result.token_ids) < 100
+
+
+def test_stream_text_concatenates_to_result_and_stop_callback_cuts(target, tokenizer):
+    engine = Engine(target, drafting="lookup", stop_token_ids=[])
+    prompt = tokenizer.encode("def f():\n    return 1\n")
+    full = engine.generate(prompt, max_new_tokens=60)
+    cut_at = len(full.text) // 2
+    events = list(engine.stream(prompt, max_new_tokens=60, stop=lambda text: cut_at if len(text) >= cut_at else None))
+    result = events[-1].result
+    assert result.finish_reason == "stop"
+    assert result.text == full.text[:cut_at]
+    assert "".join(e.text for e in events) == result.text
+    streamed = list(engine.stream(prompt, max_new_tokens=60))
+    assert "".join(e.text for e in streamed) == full.text == tokenizer.decode(full.token_ids)
+
+
+def test_multibyte_characters_are_never_split_in_the_stream(target, tokenizer):
+    engine = Engine(target, drafting="lookup", stop_token_ids=[])
+    text = "# π ≈ 3.14159 😀 — ok"
+    tokens = tokenizer.encode(text)  # byte-level: the emoji is four tokens
+    shown = [engine._decode_text(tokens[:n]) for n in range(len(tokens) + 1)]
+    for n, prefix in enumerate(shown):
+        assert text.startswith(prefix), n
+    assert "\ufffd" not in "".join(shown)
+    # Random output is full of invalid byte sequences; the stream still only ever appends.
+    events = list(engine.stream(tokens, max_new_tokens=60))
+    final = events[-1].result.text
+    streamed = ""
+    for event in events:
+        streamed += event.text
+        assert final.startswith(streamed)
+    assert streamed == final == tokenizer.decode(events[-1].result.token_ids)
+
+
+def test_bad_input_is_a_clear_error(target, draft):
+    engine = Engine(target, stop_token_ids=[])
+    with pytest.raises(CodespecError, match="empty prompt"):
+        engine.generate([])
+    with pytest.raises(CodespecError, match="context window"):
+        engine.generate([1] * 10, max_new_tokens=target.model.config.max_position_embeddings)
+    with pytest.raises(CodespecError, match="needs a draft model"):
+        Engine(target, drafting="model")
+    with pytest.raises(CodespecError, match="unknown drafting"):
+        Engine(target, drafting="fast")
+    # The engine still works after errors.
+    assert Engine(target, Bundle(draft.model, draft.tokenizer), drafting="both", stop_token_ids=[]).generate(
+        [1, 2], max_new_tokens=3
+    ).token_ids == reference_greedy(target.model, [1, 2], 3, set())
