@@ -101,6 +101,7 @@ class Generation:
     shown: bool = False
     prefetched: bool = False
     waiters: list[Waiter] = field(default_factory=list)
+    served: list[RequestRecord] = field(default_factory=list)  # requests this generation's model call served
     # Target forwards whose tokens reached the worker after the cancel token was set, counted by
     # the server independently of the engine's own count (the engine promises at most one).
     forwards_after_cancel: int = 0
@@ -227,7 +228,6 @@ class CompletionManager:
         waiter = Waiter(record=record, typed=typed, future=loop.create_future(), source=source)
         record.source = source
         record.generation = generation.id
-        record.prefill_tokens = generation.record.prefill_tokens if generation.done else None
         generation.waiters.append(waiter)
         self._waiters.setdefault(generation.anchor.uri, []).append(waiter)
         self._service(generation)
@@ -340,6 +340,8 @@ class CompletionManager:
             return
         result = None
         try:
+            if not options.cache and callable(getattr(engine, "reset_cache", None)):
+                engine.reset_cache()  # cold baseline: no KV prefix reuse either
             marker = options.debug_fail_marker
             fail = bool(marker) and marker in generation.ctx.prefix
             for event in engine.stream(
@@ -391,6 +393,8 @@ class CompletionManager:
                 record.engine_forwards_after_cancel = int(data.get("forwards_after_cancel", 0))
         if generation.token.cancelled:
             record.forwards_after_cancel = generation.forwards_after_cancel
+        for served in [*generation.served, *(w.record for w in generation.waiters if w.source == "model")]:
+            served.prefill_tokens, served.reused_tokens = record.prefill_tokens, record.reused_tokens
         self._stream(generation)
         self._service(generation)
         self._maybe_prefetch(generation)
@@ -435,8 +439,10 @@ class CompletionManager:
             rest = suggestion[len(waiter.typed) :]
             if not rest and not generation.done:
                 continue  # only the typed part is complete so far: wait for more
-            waiter.record.prefill_tokens = generation.record.prefill_tokens if waiter.source == "model" else 0
-            waiter.record.reused_tokens = generation.record.reused_tokens if waiter.source == "model" else 0
+            if waiter.source == "model":
+                generation.served.append(waiter.record)  # prefill numbers are filled in at the end
+            else:
+                waiter.record.prefill_tokens = waiter.record.reused_tokens = 0
             if rest:
                 generation.shown = True
             waiter.future.set_result(Answer(text=rest, generation=generation.id, source=waiter.source))

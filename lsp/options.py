@@ -59,7 +59,7 @@ class ServerOptions:
         "stepDelay": "step_delay_s",
         "debugFailMarker": "debug_fail_marker",
     }
-    MODEL_FIELDS = ("model", "draft_model", "drafting", "device", "threads", "step_delay_s")
+    MODEL_FIELDS = ("model", "draft_model", "drafting", "device", "threads")
 
     def updated(self, settings: Any) -> ServerOptions:
         """A copy with the recognised keys of `settings` applied; bad values are logged and ignored."""

@@ -80,6 +80,8 @@ class CodespecServer(LanguageServer):
             logger.info("model options changed: the engine is rebuilt on the next request")
             self.manager.cancel_all()
             self.engine = None
+        elif self.engine is not None and hasattr(self.engine, "step_delay_s"):
+            self.engine.step_delay_s = new.step_delay_s  # applied live: tests slow the model per test
         self.options = new
         set_log_level(new.log_level)
 

@@ -66,8 +66,9 @@ async def session(
         client.init_result = result
         yield client
     finally:
-        with contextlib.suppress(Exception):
-            await bounded(client.shutdown_session(), WAIT_S)
+        if client._server is not None and client._server.returncode is None:
+            with contextlib.suppress(Exception):
+                await bounded(client.shutdown_session(), WAIT_S)
         with contextlib.suppress(Exception):
             await client.stop()
 
@@ -180,3 +181,46 @@ def item_text(result: Any) -> str | None:
     if not result or not result.get("items"):
         return None
     return result["items"][0]["insertText"]
+
+
+FAIL_MARKER = "codespec_simulated_failure_marker"
+DEFAULTS = {"stepDelay": 0.0, "earlyAnswer": True, "maxTokens": 24, "cache": True, "typingAlong": True, "prefetch": True}
+
+
+def configure(client: LanguageClient, **settings: Any) -> None:
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"codespec": settings}))
+
+
+async def settle(client: LanguageClient) -> dict[str, Any]:
+    """Wait until every generation (prefetch included) has finished; returns the stats."""
+
+    async def idle():
+        report = await stats(client)
+        generations = report["generations"]
+        return report if generations["started"] == generations["finished"] and report["pending"] == 0 else None
+
+    return await wait_until(idle)
+
+
+def record_of(report: dict[str, Any], msg_id: Any) -> dict[str, Any]:
+    return next(r for r in report["recentRequests"] if r["id"] == msg_id)
+
+
+def generation_of(report: dict[str, Any], gen_id: int) -> dict[str, Any]:
+    return next(g for g in report["generations"]["recent"] if g["id"] == gen_id)
+
+
+def utf16_len(text: str) -> int:
+    return len(text.encode("utf-16-le")) // 2
+
+
+def advance(line: int, character: int, text: str, *, units=utf16_len) -> tuple[int, int]:
+    """The position after inserting `text` at (line, character), LSP line breaks (\\r\\n, \\r, \\n)."""
+    parts = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    if len(parts) == 1:
+        return line, character + units(text)
+    return line + len(parts) - 1, units(parts[-1])
+
+
+def end_position(text: str, *, units=utf16_len) -> tuple[int, int]:
+    return advance(0, 0, text, units=units)
