@@ -125,6 +125,8 @@ class Engine:
             raise CodespecError(f"unknown drafting mode {drafting!r}; use one of {', '.join(DRAFTING_MODES)}")
         if drafting in ("model", "both") and self.draft_model is None:
             raise CodespecError(f"drafting {drafting!r} needs a draft model")
+        if self.draft_model is not None:
+            _check_same_vocabulary(target, draft)
         self.drafting = drafting
         self.step_delay_s = step_delay_s
         self.lookup = LookupProposer(lookup)
@@ -335,6 +337,17 @@ def _verify_sampling(draft: Draft | None, drafts: list[int], logits: torch.Tenso
 def _model_of(obj):
     # A LoadedModel wraps the HF model; a bare HF causal LM is used as it is (its `.model` is the trunk).
     return obj if isinstance(obj, torch.nn.Module) else obj.model
+
+
+def _check_same_vocabulary(target, draft) -> None:
+    """Drafts are token ids of the target's vocabulary: a draft model with another tokenizer cannot work."""
+    target_tok, draft_tok = getattr(target, "tokenizer", None), getattr(draft, "tokenizer", None)
+    if target_tok is not None and draft_tok is not None and target_tok is not draft_tok:
+        same = len(target_tok) == len(draft_tok) and target_tok.get_vocab() == draft_tok.get_vocab()
+    else:
+        same = _model_of(target).config.vocab_size == _model_of(draft).config.vocab_size
+    if not same:
+        raise CodespecError("the draft model does not share the target's tokenizer; pick a draft of the same family")
 
 
 def _default_stops(engine: Engine) -> list[int]:

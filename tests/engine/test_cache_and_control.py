@@ -7,6 +7,7 @@ import torch
 
 from codespec.engine import CancelToken, Engine
 from codespec.errors import CodespecError
+from codespec.tiny import tiny_model
 from tests.engine.conftest import Bundle, reference_greedy
 
 
@@ -113,6 +114,8 @@ def test_bad_input_is_a_clear_error(target, draft):
         engine.generate([1] * 10, max_new_tokens=target.model.config.max_position_embeddings)
     with pytest.raises(CodespecError, match="needs a draft model"):
         Engine(target, drafting="model")
+    with pytest.raises(CodespecError, match="does not share the target's tokenizer"):
+        Engine(target, tiny_model(3, vocab_size=16), drafting="model")
     with pytest.raises(CodespecError, match="unknown drafting"):
         Engine(target, drafting="fast")
     # The engine still works after errors.

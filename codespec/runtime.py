@@ -1,0 +1,54 @@
+"""Build an Engine from user-facing options, filling the gaps from the device's default profile.
+Shared by `codespec generate`, `codespec complete`, the server and the benchmarks."""
+
+from __future__ import annotations
+
+import argparse
+
+from codespec.engine import DRAFTING_MODES, Engine
+from codespec.errors import CodespecError
+
+
+def load_engine(
+    model: str | None = None,
+    draft_model: str | None = None,
+    drafting: str | None = None,
+    *,
+    device: str = "auto",
+    dtype: str = "auto",
+    threads: int | None = None,
+    step_delay_s: float = 0.0,
+    progress: bool = True,
+) -> Engine:
+    from codespec.models import default_profile, load_model
+
+    profile = default_profile(device)
+    target_spec = model or profile.target
+    if drafting is None:
+        # The profile's drafting fits the profile's models; a user-chosen target keeps lookup unless a draft is given.
+        drafting = profile.drafting if model is None else ("both" if draft_model else "lookup")
+    draft_spec = draft_model or (profile.draft if drafting in ("model", "both") else None)
+    if drafting in ("model", "both") and draft_spec is None:
+        if not target_spec.startswith("bundled:"):
+            raise CodespecError(f"--draft {drafting} needs --draft-model (a model with the target's tokenizer)")
+        draft_spec = "bundled:qwen2.5-coder-0.5b"
+    target = load_model(target_spec, device=device, dtype=dtype, threads=threads, progress=progress)
+    draft = None
+    if draft_spec is not None and drafting in ("model", "both"):
+        draft = load_model(draft_spec, device=device, dtype=dtype, progress=progress)
+    return Engine(target, draft, drafting=drafting, step_delay_s=step_delay_s,
+                  stop_token_ids=getattr(target, "stop_ids", None) or None)
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", help="target model spec (default: the device's profile, see `codespec models`)")
+    parser.add_argument("--draft-model", help="draft model spec for --draft model/both")
+    parser.add_argument("--draft", choices=DRAFTING_MODES, help="drafting: none (plain greedy), lookup, model, both")
+    parser.add_argument("--device", default="auto", help="auto (cuda if present), cpu, cuda, cuda:N")
+    parser.add_argument("--dtype", default="auto", help="auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16")
+    parser.add_argument("--threads", type=int, help="CPU threads for torch")
+
+
+def engine_from_args(args: argparse.Namespace, **kwargs) -> Engine:
+    return load_engine(args.model, args.draft_model, args.draft, device=args.device, dtype=args.dtype,
+                       threads=args.threads, **kwargs)
