@@ -75,9 +75,10 @@ def build_server(delay_s: float) -> StandinServer:
         return types.InlineCompletionList(items=[item])
 
     @server.command(ACCEPT_COMMAND)
-    def accept(ls: StandinServer, *arguments: Any) -> None:
+    def accept(ls: StandinServer, *arguments: Any) -> dict[str, bool]:
         ls.counts["accepted"] += 1
         ls.accepted_args.extend(arguments)
+        return {"known": True}
 
     @server.command(REJECT_COMMAND)
     def reject(ls: StandinServer, *arguments: Any) -> None:
