@@ -45,5 +45,11 @@ test-fast: venv
 bench: fetch
 	$(VENV)/bin/codespec bench generate --out docs
 
+# The editor clients: the VS Code extension's build and tests, then the headless-Neovim plugin tests
+# (tests/editors; `make test` runs these too, through tests/editors/test_vscode.py for the npm part).
+editors-test: venv
+	cd editors/vscode && npm ci --no-audit --no-fund && npm run compile && npm test
+	$(PY) -m pytest -q -ra tests/editors --ignore=tests/editors/test_vscode.py
+
 clean:
 	rm -rf $(VENV) build *.egg-info
