@@ -14,6 +14,7 @@ share one format.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,8 @@ DID_OPEN = "textDocument/didOpen"
 DID_CHANGE = "textDocument/didChange"
 DID_CLOSE = "textDocument/didClose"
 # Messages the replayer sends by itself (lifecycle, cancellation): never part of a session.
+# The replayer's cancellation probe (see codespec.sessions.replay): never recorded either.
+PROBE_METHOD = "codespec/replayProbe"
 LIFECYCLE_METHODS = frozenset(
     {"initialize", "initialized", "shutdown", "exit", "$/cancelRequest", "$/setTrace"}
 )
@@ -191,20 +194,12 @@ def write_session(session: Session, path: str | Path) -> Path:
 # session tools check the server rather than share its code.
 
 
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
 def _line_breaks(text: str) -> list[int]:
     """Offsets where each line starts; LSP line ends are \\n, \\r\\n and \\r."""
-    starts = [0]
-    i, n = 0, len(text)
-    while i < n:
-        ch = text[i]
-        if ch == "\r":
-            if i + 1 < n and text[i + 1] == "\n":
-                i += 1
-            starts.append(i + 1)
-        elif ch == "\n":
-            starts.append(i + 1)
-        i += 1
-    return starts
+    return [0, *(m.end() for m in _LINE_BREAK.finditer(text))]
 
 
 def utf16_len(text: str) -> int:

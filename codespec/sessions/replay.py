@@ -31,6 +31,7 @@ from codespec.errors import CodespecError
 from codespec.sessions.format import (
     DID_CLOSE,
     INLINE_COMPLETION,
+    PROBE_METHOD,
     DocumentSet,
     Session,
     TextBuffer,
@@ -40,7 +41,6 @@ from codespec.sessions.format import (
 # LSP error codes that mean "cancelled" rather than "failed".
 CANCEL_CODES = {-32800, -32801, -32802}  # RequestCancelled, ContentModified, ServerCancelled
 METHOD_NOT_FOUND = -32601
-PROBE_METHOD = "codespec/replayProbe"
 OUTCOMES = ("items", "null", "cancelled", "error", "missing")
 
 
@@ -588,6 +588,7 @@ def summarize(result: ReplayResult) -> dict[str, Any]:
         "other_requests": result.other_requests,
         "other_errors": result.other_errors,
         "server_stats": result.server_stats,
+        "first_error": next((r.error for r in records if r.outcome == "error"), None),
         "wall_s": round(result.wall_s, 3),
     }
 
@@ -624,8 +625,14 @@ def format_table(summary: dict[str, Any]) -> str:
     ]
     width = max(len(name) for name, _ in rows)
     lines = [f"{name:<{width}}  {value}" for name, value in rows]
-    if summary.get("server_stats") is not None:
-        lines.append(f"{'server stats':<{width}}  {json.dumps(summary['server_stats'], sort_keys=True)}")
+    if summary.get("first_error"):
+        lines.append(f"{'first error':<{width}}  {json.dumps(summary['first_error'])[:200]}")
+    stats = summary.get("server_stats")
+    if isinstance(stats, dict):  # the scalar counters; the full object is in --json
+        flat = {k: v for k, v in sorted(stats.items()) if isinstance(v, int | float | str | bool)}
+        lines.append(f"{'server stats':<{width}}  {json.dumps(flat)}")
+    elif stats is not None:
+        lines.append(f"{'server stats':<{width}}  {json.dumps(stats)[:300]}")
     return "\n".join(lines)
 
 

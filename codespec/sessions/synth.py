@@ -36,6 +36,7 @@ LANGUAGES = {
     ".c": "c", ".h": "c", ".cpp": "cpp", ".cc": "cpp", ".hpp": "cpp", ".rb": "ruby", ".lua": "lua",
     ".sh": "shellscript",
 }  # fmt: skip
+NEXT_LINES_KEPT = 3  # expect.next_lines holds at most this many lines (suggestions are shorter)
 AUTOMATIC_TRIGGER = 2  # lsprotocol InlineCompletionTriggerKind.Automatic
 # Neighbouring keys on a QWERTY keyboard: typos hit a key next to the intended one.
 _QWERTY_ROWS = ("qwertyuiop", "asdfghjkl", "zxcvbnm")
@@ -119,6 +120,15 @@ def _typo_for(ch: str, rng: random.Random) -> str | None:
     return None
 
 
+def _first_lines(text: str, count: int) -> str:
+    cut = -1
+    for _ in range(count):
+        cut = text.find("\n", cut + 1)
+        if cut < 0:
+            return text
+    return text[: cut + 1]
+
+
 class _Writer:
     """Builds the event list while tracking the document, so that every range is exact."""
 
@@ -156,7 +166,7 @@ class _Writer:
         expect = None
         if remaining is not None:
             line_rest, _, next_lines = remaining.partition("\n")
-            expect = {"line_rest": line_rest, "next_lines": next_lines}
+            expect = {"line_rest": line_rest, "next_lines": _first_lines(next_lines, NEXT_LINES_KEPT)}
         self.events.append(Event(self.t, INLINE_COMPLETION, params, expect))
 
     def type_hunk(self, offset: int, hunk: Hunk) -> int:
@@ -242,7 +252,7 @@ def synth_pair(
     except (OSError, UnicodeDecodeError) as exc:
         raise CodespecError(f"cannot read the pair {before_path}, {after_path}: {exc}") from None
     language = language_for(after_path) or "plaintext"
-    uri = f"file:///codespec-synth/pair/{after_path.name}"
+    uri = f"file:///synth/pair/{after_path.name}"
     return synth_session(before, after, uri=uri, language=language, source=f"pair:{after_path.name}",
                          seed=seed, timing=timing)  # fmt: skip
 
@@ -338,7 +348,7 @@ def _numstat(repo: Path, sha: str) -> list[tuple[str, int]]:
 def synth_git_change(change: GitChange, *, repo_name: str, seed: int = 0,
                      timing: TimingModel | None = None) -> Session:  # fmt: skip
     language = language_for(change.path) or "plaintext"
-    uri = f"file:///codespec-synth/{repo_name}/{change.commit[:12]}/{change.path}"
+    uri = f"file:///synth/{repo_name}/{change.commit[:10]}/{change.path}"
     source = f"git:{repo_name}@{change.commit[:12]}:{change.path}"
     return synth_session(change.before, change.after, uri=uri, language=language, source=source,
                          seed=seed, timing=timing)  # fmt: skip
@@ -401,7 +411,7 @@ def _find_function(tree, names: list[str]):
 
 def synth_function_edit(edit: FunctionEdit, *, python: str, seed: int = 0,
                         timing: TimingModel | None = None) -> Session:  # fmt: skip
-    uri = f"file:///codespec-synth/stdlib/{edit.module}"
+    uri = f"file:///synth/stdlib/{edit.module}"
     source = f"cpython-{python}-stdlib:{edit.module}:{edit.function}"
     return synth_session(edit.before, edit.after, uri=uri, language="python", source=source,
                          seed=seed, timing=timing)  # fmt: skip

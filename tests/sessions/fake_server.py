@@ -43,6 +43,9 @@ def build_server(args: argparse.Namespace) -> LanguageServer:
             await asyncio.sleep(args.delay)
             return answer()
 
+    if args.no_extensions:
+        return server
+
     @server.feature("codespec/documentText")
     def document_text(ls: LanguageServer, params: Any):
         doc = ls.workspace.get_text_document(_get(params, "uri"))
@@ -62,6 +65,7 @@ def main() -> None:
     parser.add_argument("--suggestion", default="pass")
     parser.add_argument("--ignore-cancel", action="store_true")
     parser.add_argument("--corrupt-text", action="store_true")
+    parser.add_argument("--no-extensions", action="store_true", help="no codespec/documentText or stats")
     args = parser.parse_args()
     build_server(args).start_io()
 

@@ -1,0 +1,181 @@
+"""Recording client messages as a codespec-session v1 file.
+
+`SessionRecorder` is what `codespec serve --stdio --record FILE` calls with each message the client
+sends; `proxy` is `codespec record --out FILE -- CMD...`, a stdio proxy that records an editor's
+session with any LSP server. Lifecycle messages, cancellations and the client's responses are left out:
+the replayer produces those itself.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+from codespec.errors import CodespecError
+from codespec.sessions.format import DID_OPEN, LIFECYCLE_METHODS, PROBE_METHOD, Event, dump_line, make_header
+
+
+class SessionRecorder:
+    """Writes client messages to `path` as they come, one line each, flushed at once (so a crash
+    loses nothing). Times count from the first recorded message. The header is written with the first
+    didOpen (which gives the language); messages before it wait in memory. Thread-safe."""
+
+    def __init__(
+        self, path: str | Path, *, source: str = "recorded", clock: Callable[[], float] = time.monotonic
+    ):
+        self.path = Path(path)
+        self.source, self.clock = source, clock
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file: IO[str] | None = self.path.open("w", encoding="utf-8")
+        except OSError as exc:
+            raise CodespecError(f"cannot write the session file {self.path}: {exc.strerror}") from None
+        self._lock = threading.Lock()
+        self._t0: float | None = None
+        self._waiting: list[Event] | None = []  # until the header is out
+        self.recorded = 0
+
+    def record(self, message: dict[str, Any]) -> bool:
+        """Record one JSON-RPC message from the client; returns whether it was kept."""
+        method = message.get("method") if isinstance(message, dict) else None
+        if not isinstance(method, str) or method in LIFECYCLE_METHODS or method == PROBE_METHOD:
+            return False  # responses to the server, lifecycle, cancellation, the replayer's probes
+        with self._lock:
+            if self._file is None:
+                return False
+            now = self.clock()
+            self._t0 = now if self._t0 is None else self._t0
+            event = Event(now - self._t0, method, message.get("params"))
+            if self._waiting is not None:
+                self._waiting.append(event)
+                if method == DID_OPEN:
+                    language = ((event.params or {}).get("textDocument") or {}).get("languageId", "unknown")
+                    self._flush_waiting(str(language))
+            else:
+                self._write(event)
+            self.recorded += 1
+        return True
+
+    def record_bytes(self, body: bytes) -> bool:
+        """Record one JSON-RPC message body (as framed on the wire); undecodable bodies are skipped."""
+        try:
+            message = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            return False
+        return self.record(message) if isinstance(message, dict) else False
+
+    def _flush_waiting(self, language: str) -> None:
+        assert self._file is not None and self._waiting is not None
+        self._file.write(dump_line(make_header(self.source, language)) + "\n")
+        waiting, self._waiting = self._waiting, None
+        for event in waiting:
+            self._write(event)
+
+    def _write(self, event: Event) -> None:
+        assert self._file is not None
+        self._file.write(dump_line(event.to_json()) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._file is None:
+                return
+            if self._waiting is not None:  # nothing was ever opened: still a readable file
+                self._flush_waiting("unknown")
+            self._file.close()
+            self._file = None
+
+    def __enter__(self) -> SessionRecorder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read_frame(stream: IO[bytes]) -> tuple[bytes, bytes] | None:
+    """One LSP frame from `stream`: (the raw bytes, the body), or None at end of stream."""
+    raw = bytearray()
+    length = None
+    while True:
+        line = stream.readline()
+        if not line:
+            return None
+        raw += line
+        stripped = line.strip()
+        if not stripped:
+            if length is None:
+                continue  # stray blank line between frames
+            break
+        name, _, value = stripped.decode("ascii", "replace").partition(":")
+        if name.strip().lower() == "content-length":
+            try:
+                length = int(value.strip())
+            except ValueError:
+                length = None
+    body = stream.read(length)
+    raw += body
+    return bytes(raw), body
+
+
+def _copy(source: IO[bytes], sink: IO[bytes]) -> None:
+    while chunk := source.read1(65536) if hasattr(source, "read1") else source.read(65536):
+        sink.write(chunk)
+        sink.flush()
+
+
+def proxy(
+    command: list[str],
+    out: str | Path,
+    *,
+    source: str = "recorded",
+    client_in: IO[bytes] | None = None,
+    client_out: IO[bytes] | None = None,
+) -> int:
+    """Run `command` as the LSP server, pass the client's stdio through to it byte for byte, and
+    record the client's messages to `out`. Returns the server's exit code."""
+    if not command:
+        raise CodespecError(
+            "give the server command after --, e.g. codespec record --out s.jsonl -- codespec serve --stdio"
+        )
+    client_in = client_in or sys.stdin.buffer
+    client_out = client_out or sys.stdout.buffer
+    try:
+        server = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    except OSError as exc:
+        raise CodespecError(f"cannot start {command[0]}: {exc.strerror}") from None
+    assert server.stdin is not None and server.stdout is not None
+    recorder = SessionRecorder(out, source=source)
+    to_client = threading.Thread(target=_copy, args=(server.stdout, client_out), daemon=True)
+    # The client side is read on a daemon thread: when the server exits first, the proxy exits too
+    # instead of waiting for the editor's next message.
+    to_server = threading.Thread(target=_forward, args=(client_in, server.stdin, recorder), daemon=True)
+    to_client.start()
+    to_server.start()
+    try:
+        code = server.wait()
+        to_client.join(timeout=5)
+    finally:
+        recorder.close()
+    return code
+
+
+def _forward(client_in: IO[bytes], server_in: IO[bytes], recorder: SessionRecorder) -> None:
+    try:
+        while (frame := read_frame(client_in)) is not None:
+            raw, body = frame
+            recorder.record_bytes(body)
+            server_in.write(raw)
+            server_in.flush()
+    except (BrokenPipeError, ConnectionResetError, ValueError, OSError):
+        pass  # the server went away first
+    finally:
+        try:
+            server_in.close()
+        except OSError:
+            pass
