@@ -16,10 +16,12 @@ Words used below:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import re
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -40,6 +42,7 @@ from lsp.stats import (
 logger = logging.getLogger(__name__)
 
 GENERATIONS_KEPT_PER_DOCUMENT = 4
+RECENT_COMPLETIONS = 8
 # A complete first line: some non-blank text followed by a line break.
 _FIRST_LINE_DONE = re.compile(r"\S[^\n]*\n")
 
@@ -160,8 +163,9 @@ class CompletionManager:
         self._ids = itertools.count(1)
         self._generations: dict[str, list[Generation]] = {}
         self._waiters: dict[str, list[Waiter]] = {}
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._recent: dict[str, deque[str]] = {}  # shown suggestions per document, for prompt lookup
         self._closed = False
+        self.encoding = "utf-16"  # the negotiated position encoding, for virtual documents
 
     # ----- context-room functions, imported once the first completion needs them -----------------
 
@@ -172,7 +176,27 @@ class CompletionManager:
         return build_context, postprocess
 
     def postprocess(self, text: str, ctx: Any) -> str:
-        return self._context_api()[1](text, ctx)
+        text = self._context_api()[1](text, ctx)
+        if self._options().multiline == "never":
+            text = first_line(text)
+        return text
+
+    def build_context(self, doc: Any, position: tuple[int, int], other_docs: tuple[Any, ...] = ()) -> Any:
+        build_context, _ = self._context_api()
+        return build_context(
+            doc,
+            *position,
+            tokenizer=self._get_engine().tokenizer,
+            other_docs=other_docs,
+            recent_completions=tuple(self._recent.get(doc.uri, ())),
+            config=self._context_config(),
+        )
+
+    def _context_config(self) -> Any:
+        from codespec.context import ContextConfig
+
+        max_lines = self._options().max_lines
+        return ContextConfig() if max_lines is None else dataclasses.replace(ContextConfig(), max_block_lines=max_lines)
 
     # ----- requests --------------------------------------------------------------------------------
 
@@ -187,7 +211,6 @@ class CompletionManager:
         other_docs: tuple[Any, ...] = (),
     ) -> Answer | Superseded | None:
         """The suggestion for `anchor` (the request's cursor); None when there is none."""
-        self._loop = asyncio.get_running_loop()
         options = self._options()
         self._supersede_waiters(anchor.uri)
 
@@ -196,14 +219,7 @@ class CompletionManager:
             return await served
 
         self._cancel_generations(anchor.uri)
-        engine = self._get_engine()
-        build_context, _ = self._context_api()
-        ctx = build_context(
-            doc,
-            *position,
-            tokenizer=engine.tokenizer,
-            other_docs=other_docs,
-        )
+        ctx = self.build_context(doc, position, other_docs)
         if ctx.mode == "none" and not invoked:
             return None
         generation = self._start_generation("request", anchor, ctx, position, options)
@@ -305,7 +321,7 @@ class CompletionManager:
         from codespec.engine import CancelToken
 
         engine = self._get_engine()
-        prompt_ids = encode_prompt(engine.tokenizer, ctx.prompt)
+        prompt_ids = list(getattr(ctx, "prompt_ids", None) or encode_prompt(engine.tokenizer, ctx.prompt))
         gen_id = next(self._ids)
         record = GenerationRecord(id=gen_id, kind=kind)
         self.stats.generations.append(record)
@@ -369,10 +385,27 @@ class CompletionManager:
 
     def _on_text(self, generation: Generation, text: str) -> None:
         generation.text += text
-        self._stream(generation)
-        self._service(generation)
+        try:
+            self._stream(generation)
+            self._service(generation)
+        except Exception as exc:  # e.g. post-processing raised: fail this generation, not the server
+            self._fail(generation, exc)
+
+    def _fail(self, generation: Generation, exc: Exception) -> None:
+        logger.exception("generation %d: handling its output failed", generation.id)
+        generation.token.cancel()
+        generation.error = ModelError(f"{type(exc).__name__}: {exc}")
+        for waiter in generation.waiters:
+            if not waiter.future.done():
+                waiter.future.set_exception(generation.error)
 
     def _on_finished(self, generation: Generation, result: Any, reason: str, exc: BaseException | None) -> None:
+        try:
+            self._finish(generation, result, reason, exc)
+        except Exception as error:
+            self._fail(generation, error)
+
+    def _finish(self, generation: Generation, result: Any, reason: str, exc: BaseException | None) -> None:
         generation.done = True
         record = generation.record
         record.finish_reason = reason
@@ -445,6 +478,7 @@ class CompletionManager:
                 waiter.record.prefill_tokens = waiter.record.reused_tokens = 0
             if rest:
                 generation.shown = True
+                self._recent.setdefault(generation.anchor.uri, deque(maxlen=RECENT_COMPLETIONS)).append(suggestion)
             waiter.future.set_result(Answer(text=rest, generation=generation.id, source=waiter.source))
         if generation.done:
             self._maybe_prefetch(generation)
@@ -479,14 +513,11 @@ class CompletionManager:
         offset = a.offset + len(suggestion)
         doc = Document(a.uri, a.language_id, text, version=a.version, encoding=self.encoding)
         position = doc.position_at(offset)
-        build_context, _ = self._context_api()
-        ctx = build_context(doc, *position, tokenizer=self._get_engine().tokenizer)
+        ctx = self.build_context(doc, position)
         if ctx.mode == "none":
             return
         anchor = Anchor(uri=a.uri, version=a.version, text=text, offset=offset, language_id=a.language_id)
         self._start_generation("prefetch", anchor, ctx, position, options, parent=parent)
-
-    encoding: str = "utf-16"
 
     # ----- lifecycle -------------------------------------------------------------------------------
 
@@ -495,6 +526,12 @@ class CompletionManager:
         self._closed = True
         self.cancel_all()
         self.executor.shutdown(wait=False, cancel_futures=True)
+
+
+def first_line(text: str) -> str:
+    """Up to the end of the first line with content (a suggestion may start with a line break)."""
+    match = _FIRST_LINE_DONE.search(text)
+    return text[: match.end() - 1] if match else text
 
 
 def encode_prompt(tokenizer: Any, prompt: str) -> list[int]:

@@ -11,7 +11,7 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 DRAFTING_MODES = ("none", "lookup", "model", "both")
-MULTILINE_POLICIES = ("auto", "never", "always")
+MULTILINE_POLICIES = ("auto", "never")
 LOAD_POLICIES = ("eager", "lazy")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 

@@ -213,3 +213,15 @@ async def test_utf8_negotiation_lazy_progress_and_exit_during_generation():
 async def _generation_running(client) -> bool:
     report = await stats(client)
     return report["generations"]["started"] > report["generations"]["finished"]
+
+
+@pytest.mark.asyncio
+async def test_vanished_client_during_a_generation_ends_the_process():
+    async with session(init_options={"stepDelay": 1.0, "maxTokens": 200, "streaming": True}) as client:
+        uri = "file:///gone.py"
+        open_doc(client, uri, "def f(x):\n    return ")
+        inline(client, uri, 1, 11, trigger=1)
+        await wait_until(lambda: _generation_running(client), timeout=60.0)
+        client._server.stdin.close()  # the editor died
+        # The generation would take ~200 s; the process must not wait for it.
+        assert await bounded(client._server.wait(), 5.0) in (0, 1)

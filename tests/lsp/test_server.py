@@ -337,3 +337,38 @@ async def test_invalid_params_and_unknown_documents_are_answered(client):
     client._server.stdin.write(b"Content-Length: 9\r\n\r\n{not json")
     assert (await document_text(client, uri))["text"] == PY_DOC
     assert (await stats(client))["pending"] == 0
+
+
+async def test_prefetch_serves_the_request_after_an_accept(client):
+    uri = "file:///t/prefetch.py"
+    open_doc(client, uri, PY_DOC)
+    line, character = end_position(PY_DOC)
+    _, text = await suggestion_at(client, uri, line, character)
+    report = await settle(client)  # the shown suggestion's generation ended: a prefetch ran
+    assert any(g["kind"] == "prefetch" for g in report["generations"]["recent"])
+    insert(client, uri, 2, line, character, text)  # the editor inserts the whole suggestion
+    request = inline(client, uri, *advance(line, character, text))
+    await bounded(request)
+    record = record_of(await stats(client), request.msg_id)
+    assert record["source"] == "prefetch" and record["modelCall"] is False
+
+
+async def test_cold_options_turn_caches_and_typing_along_off(client):
+    """The benchmark's cold baseline: every request is a model call with a full prefill."""
+    uri = "file:///t/cold.py"
+    open_doc(client, uri, PY_DOC)
+    configure(client, **{**DEFAULTS, "cache": False, "typingAlong": False, "prefetch": False})
+    line, character = end_position(PY_DOC)
+    first = inline(client, uri, line, character, trigger=1)
+    text = item_text(await bounded(first))
+    assert text
+    again = inline(client, uri, line, character, trigger=1)
+    assert item_text(await bounded(again)) == text  # same prompt, same greedy answer
+    insert(client, uri, 2, line, character, text[0])
+    typed = inline(client, uri, *advance(line, character, text[0]), trigger=1)
+    await bounded(typed)
+    report = await settle(client)
+    records = [record_of(report, r.msg_id) for r in (first, again, typed)]
+    assert [r["source"] for r in records] == ["model"] * 3
+    assert all(r["reusedTokens"] == 0 for r in records)
+    assert records[1]["prefillTokens"] == records[0]["prefillTokens"]
