@@ -212,7 +212,8 @@ class CompletionManager:
     ) -> Answer | Superseded | None:
         """The suggestion for `anchor` (the request's cursor); None when there is none."""
         options = self._options()
-        self._supersede_waiters(anchor.uri)
+        # Inline and completion requests are separate streams (a client may send both per keystroke).
+        self._supersede_waiters(anchor.uri, method=record.method)
 
         served = self._serve_from_existing(record, anchor, options)
         if served is not None:
@@ -264,8 +265,11 @@ class CompletionManager:
         if waiter in pending:
             pending.remove(waiter)
 
-    def _supersede_waiters(self, uri: str) -> None:
-        for waiter in self._waiters.pop(uri, []):
+    def _supersede_waiters(self, uri: str, *, method: str | None = None) -> None:
+        """Answer the document's pending requests (of `method`, or all) with "superseded"."""
+        pending = self._waiters.get(uri, [])
+        for waiter in [w for w in pending if method is None or w.record.method == method]:
+            pending.remove(waiter)
             if not waiter.future.done():
                 waiter.future.set_result(SUPERSEDED_RESULT)
 

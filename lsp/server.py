@@ -50,7 +50,7 @@ class CodespecServer(LanguageServer):
         self._engine_key: tuple[Any, ...] | None = None
         self._loading: asyncio.Future | None = None
         self._loading_key: tuple[Any, ...] | None = None
-        self._latest_request: dict[str, RequestRecord] = {}
+        self._latest_request: dict[tuple[str, str], RequestRecord] = {}  # (uri, method) -> newest
         self._shown: OrderedDict[str, int] = OrderedDict()  # completion id -> suggestion length
         self._completion_ids = itertools.count(1)
         self._progress_ids = itertools.count(1)
@@ -147,7 +147,7 @@ class CodespecServer(LanguageServer):
         suggest) or "superseded"; raises CancelledError on $/cancelRequest, JsonRpcException on errors."""
         record = RequestRecord(id=self.protocol.msg_id, method=method, uri=uri)
         self.stats.begin_request(record)
-        self._latest_request[uri] = record
+        self._latest_request[uri, method] = record
         started = time.perf_counter()
         outcome = ERROR
         try:
@@ -175,7 +175,7 @@ class CodespecServer(LanguageServer):
             return None
         version = doc.version
         await self.ensure_engine()
-        if self._latest_request.get(uri) is not record or doc.version != version:
+        if self._latest_request.get((uri, record.method)) is not record or doc.version != version:
             return "superseded"  # something newer arrived while the models loaded
         offset = doc.offset_at(position.line, position.character)
         cursor = types.Position(*doc.position_at(offset))

@@ -372,3 +372,20 @@ async def test_cold_options_turn_caches_and_typing_along_off(client):
     assert [r["source"] for r in records] == ["model"] * 3
     assert all(r["reusedTokens"] == 0 for r in records)
     assert records[1]["prefillTokens"] == records[0]["prefillTokens"]
+
+
+async def test_inline_and_completion_requests_do_not_supersede_each_other(client):
+    uri = "file:///t/both.py"
+    open_doc(client, uri, PY_DOC)
+    delay(client, 0.01)
+    line, character = end_position(PY_DOC)
+    cursor = {"line": line, "character": character}
+    ghost = inline(client, uri, line, character, trigger=1)
+    popup = raw_request(
+        client, "textDocument/completion", {"textDocument": {"uri": uri}, "position": cursor, "context": {"triggerKind": 1}}
+    )
+    ghost_result, popup_result = await bounded(ghost), await bounded(popup)
+    report = await settle(client)
+    assert record_of(report, popup.msg_id)["generation"] == record_of(report, ghost.msg_id)["generation"]
+    (item,) = popup_result["items"]
+    assert item["textEdit"]["newText"].startswith(item_text(ghost_result))
