@@ -3,12 +3,13 @@ fixed suggestion lets the tests check exact ghost text and buffer contents."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.editors.nvim_driver import Nvim, standin_cmd
+from tests.editors.nvim_driver import ROOT, Nvim, standin_cmd
 from tests.editors.standin_server import SUGGESTION
 
 FIRST_LINE, REST = SUGGESTION.split("\n", 1)
@@ -159,6 +160,18 @@ def test_streaming_shows_partial_text_before_the_answer(make_nvim) -> None:
     assert partials, "no partial ghost text was shown"
     assert all(SUGGESTION.startswith(text) and text != SUGGESTION for text in partials), seen
     assert nvim.counters()["partial"] >= 1
+
+
+def test_help_file_has_its_tags(tmp_path: Path) -> None:
+    nvim = Nvim.start(tmp_path, standin_cmd(0.05))  # no file opened: no server started
+    doc = tmp_path / "doc"
+    shutil.copytree(ROOT / "editors" / "nvim" / "doc", doc)
+    try:
+        nvim.nvim.command(f"helptags {doc}")
+    finally:
+        nvim.close()
+    tags = {line.split("\t")[0] for line in (doc / "tags").read_text().splitlines()}
+    assert {"codespec.txt", "codespec-keys", "codespec-options", ":CodespecStats", ":CodespecToggle"} <= tags
 
 
 def test_stats_command_and_checkhealth(make_nvim) -> None:
