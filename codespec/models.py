@@ -669,7 +669,7 @@ def _load_hf_dir(
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, local_files_only=True)
-    except (OSError, ValueError, RuntimeError, KeyError) as exc:
+    except Exception as exc:  # safetensors, json and torch errors alike: the directory is unusable
         hint = (
             f"; rebuild it with `codespec models fetch --force {spec}`"
             if path.is_relative_to(cache_root())
