@@ -37,15 +37,13 @@ function provideInline(
 ): vscode.ProviderResult<InlineResult> {
   if (!settings.enabled) return null;
   if (!settings.streaming) return next(document, position, context, token);
-  if (!streaming) {
-    streaming = new StreamingRequests<InlineResult>(() => {
-      // Our own cancellation: a re-trigger must not cancel the generation it is streaming.
-      const source = new vscode.CancellationTokenSource();
-      const promise = Promise.resolve(next(document, position, context, source.token)).finally(() => source.dispose());
-      return { promise, cancel: () => source.cancel() };
-    });
-  }
-  const answer = streaming.provide(placeKey(document.uri.toString(), document.version, position));
+  streaming ??= new StreamingRequests<InlineResult>();
+  const answer = streaming.provide(placeKey(document.uri.toString(), document.version, position), () => {
+    // Our own cancellation: a re-trigger must not cancel the generation it is streaming.
+    const source = new vscode.CancellationTokenSource();
+    const promise = Promise.resolve(next(document, position, context, source.token)).finally(() => source.dispose());
+    return { promise, cancel: () => source.cancel() };
+  });
   if ("partial" in answer) {
     return [new vscode.InlineCompletionItem(answer.partial, new vscode.Range(position, position))];
   }

@@ -47,15 +47,14 @@ interface Flight<T> {
 export class StreamingRequests<T> {
   private flight: Flight<T> | undefined;
 
-  /** `start(key)` sends the request and returns its promise and a way to cancel it. */
-  constructor(private readonly start: (key: string) => { promise: Promise<T>; cancel: () => void }) {}
-
-  /** What to answer a provider call for `key` with: the text so far, or the request's promise. */
-  provide(key: string): { partial: string } | { result: Promise<T> } {
+  /** What to answer a provider call for `key` with: the text so far, or the request's promise.
+   * `start()` sends the request (only when none is running for `key`) and returns its promise and a
+   * way to cancel it. */
+  provide(key: string, start: () => { promise: Promise<T>; cancel: () => void }): { partial: string } | { result: Promise<T> } {
     let flight = this.flight;
     if (!flight || flight.key !== key) {
       this.cancel();
-      const started = this.start(key);
+      const started = start();
       const created: Flight<T> = { key, promise: started.promise, settled: false, cancel: started.cancel };
       created.promise.then(
         (result) => {

@@ -17,12 +17,21 @@ function harness() {
   const started: string[] = [];
   const cancelled: string[] = [];
   const answers = new Map<string, ReturnType<typeof deferred<string>>>();
-  const requests = new StreamingRequests<string>((key) => {
-    started.push(key);
-    const answer = deferred<string>();
-    answers.set(key, answer);
-    return { promise: answer.promise, cancel: () => cancelled.push(key) };
-  });
+  const streaming = new StreamingRequests<string>();
+  const requests = {
+    provide: (key: string) =>
+      streaming.provide(key, () => {
+        started.push(key);
+        const answer = deferred<string>();
+        answers.set(key, answer);
+        return { promise: answer.promise, cancel: () => cancelled.push(key) };
+      }),
+    onPartial: (p: PartialCompletion) => streaming.onPartial(p),
+    cancel: () => streaming.cancel(),
+    get runningKey() {
+      return streaming.runningKey;
+    },
+  };
   return { requests, started, cancelled, answers };
 }
 
