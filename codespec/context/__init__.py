@@ -1,6 +1,16 @@
 """Completion context: documents kept in step with edits, mode decision, prompt, stop rules and
 post-processing (contracts in docs/design.md)."""
 
+from codespec.context.build import CompletionContext, ContextCache, ContextConfig, build_context
 from codespec.context.document import Document
+from codespec.context.postprocess import FILTERS, postprocess
 
-__all__ = ["Document"]
+__all__ = [
+    "FILTERS",
+    "CompletionContext",
+    "ContextCache",
+    "ContextConfig",
+    "Document",
+    "build_context",
+    "postprocess",
+]

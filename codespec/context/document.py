@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
+from collections import deque
 
 import tree_sitter
 
@@ -94,6 +95,8 @@ class Document:
         self._tree: tree_sitter.Tree | None = None
         self._tree_stale = False  # edits recorded on _tree but not re-parsed yet
         self.parse_count = 0  # full + incremental parses, for tests and benchmarks
+        self.edit_count = 0
+        self._edit_starts: deque[tuple[int, int]] = deque(maxlen=4096)  # (edit_count, start offset)
         self._replace_all(text)
 
     # ----- reading -------------------------------------------------------------------------------
@@ -170,9 +173,25 @@ class Document:
 
     # ----- editing -------------------------------------------------------------------------------
 
+    def lowest_edit_since(self, edit_count: int) -> int:
+        """The lowest offset any edit after `edit_count` started at (len(text) when none): callers
+        cache what they derived from the text before some offset while it stays untouched."""
+        if edit_count >= self.edit_count:
+            return len(self._text)
+        if not self._edit_starts or self._edit_starts[0][0] > edit_count + 1:
+            return 0  # older than the log: assume the worst
+        lowest = len(self._text)
+        for count, start in reversed(self._edit_starts):
+            if count <= edit_count:
+                break
+            lowest = min(lowest, start)
+        return lowest
+
     def apply_change(self, range: Range | None, text: str, version: int | None = None) -> None:  # noqa: A002
         """Apply one LSP content change: `range` None replaces the whole text."""
+        self.edit_count += 1
         if range is None:
+            self._edit_starts.append((self.edit_count, 0))
             self._replace_all(text)
             self._tree = None
         else:
@@ -181,6 +200,7 @@ class Document:
             end = self.offset_at(end_line, end_char)
             if end < start:
                 start, end = end, start
+            self._edit_starts.append((self.edit_count, start))
             self._replace(start, end, text)
         if version is not None:
             self.version = version

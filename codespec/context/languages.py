@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -195,6 +196,25 @@ EXTENSIONS: dict[str, str] = {
 }
 
 PLAIN = LanguageInfo("plaintext", None, line_comment="#")
+
+# Top-level node types kept in the prompt header even when far above the cursor (imports and the like).
+IMPORT_TYPES: dict[str, frozenset[str]] = {
+    "python": frozenset({"import_statement", "import_from_statement", "future_import_statement"}),
+    "javascript": frozenset({"import_statement"}),
+    "typescript": frozenset({"import_statement"}),
+    "tsx": frozenset({"import_statement"}),
+    "go": frozenset({"package_clause", "import_declaration"}),
+    "rust": frozenset({"use_declaration", "extern_crate_declaration"}),
+    "java": frozenset({"package_declaration", "import_declaration"}),
+    "c": frozenset({"preproc_include"}),
+    "cpp": frozenset({"preproc_include", "using_declaration", "alias_declaration"}),
+}
+# Languages whose imports are ordinary calls: top-level lines matching these patterns.
+IMPORT_LINE_PATTERNS: dict[str, re.Pattern[str]] = {
+    "ruby": re.compile(r"^(require|require_relative|load)\b"),
+    "lua": re.compile(r"\brequire\s*[(\"']"),
+    "bash": re.compile(r"^(source|\.)\s"),
+}
 
 
 def canonical_name(language_id: str) -> str:

@@ -1,0 +1,248 @@
+"""Post-processing of a raw completion, Tabby-agent style: a list of small pure filters
+`(text, ctx) -> text`, applied in order. Each fixes one of the complaints users file most:
+duplicated closing brackets, repeated suffix lines, wrong indentation, whitespace-only results,
+output that does not parse."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from codespec.context.mode import indent_width
+from codespec.context.stop import first_unbalanced_closer
+
+if TYPE_CHECKING:
+    from codespec.context.build import CompletionContext
+
+Filter = Callable[[str, "CompletionContext"], str]
+
+
+def normalize_newlines(text: str, ctx: CompletionContext) -> str:
+    """Work in "\\n" (the model may emit "\\r\\n" in CRLF files); `to_document_eol` restores them."""
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def limit_lines(text: str, ctx: CompletionContext) -> str:
+    """At most `max_lines` lines (a leading newline, the cursor's own line ending, does not count)."""
+    if ctx.max_lines <= 0:
+        return text
+    lines = text.split("\n")
+    keep = ctx.max_lines + (1 if lines and not lines[0].strip() and len(lines) > 1 else 0)
+    return "\n".join(lines[:keep])
+
+
+def _suffix_lines(ctx: CompletionContext) -> list[str]:
+    """The lines after the cursor's line, blank ones skipped."""
+    lines = ctx.suffix.split("\n")[1:]
+    return [line for line in lines if line.strip()]
+
+
+def _same_line(a: str, b: str) -> bool:
+    """Lines equal ignoring trailing spaces; short ones (`}`, `end`) must match their indentation too."""
+    a, b = a.rstrip(), b.rstrip()
+    if len(a.strip()) < 4:
+        return a == b
+    return a.strip() == b.strip()
+
+
+def trim_suffix_line_overlap(text: str, ctx: CompletionContext) -> str:
+    """Cut at the first completion line that repeats the line right after the cursor's line (the
+    model running into the suffix); a completion whose first line already repeats it is dropped."""
+    if ctx.line_suffix.strip():
+        return text
+    following = _suffix_lines(ctx)
+    if not following:
+        return text
+    lines = text.split("\n")
+    effective = [ctx.line_prefix + lines[0], *lines[1:]]
+    for index, line in enumerate(effective):
+        if not line.strip() or not _same_line(line, following[0]):
+            continue
+        rest = [a for a in effective[index:] if a.strip()]
+        repeats = all(_same_line(a, b) for a, b in zip(rest, following, strict=False))
+        if repeats or len(following[0].strip()) >= 4:
+            return "\n".join(lines[:index])
+    return text
+
+
+def _closing_point(text: str, open_quote: str) -> int | None:
+    """Index of the first character that closes something opened before the completion: the quote
+    of a string the cursor is in, or a bracket opened before the cursor."""
+    start = 0
+    if open_quote:
+        escaped = False
+        for index, char in enumerate(text):
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == open_quote:
+                return index
+            elif char == "\n":
+                start = index + 1
+                break
+        else:
+            return None
+    closer = first_unbalanced_closer(text[start:])
+    return None if closer is None else start + closer
+
+
+def _open_quote(line_prefix: str) -> str:
+    """The quote character of a one-line string the cursor is inside, if any (rough)."""
+    quote, escaped = "", False
+    for char in line_prefix:
+        if escaped:
+            escaped = False
+        elif char == "\\" and quote:
+            escaped = True
+        elif quote:
+            if char == quote:
+                quote = ""
+        elif char in "\"'`":
+            quote = char
+    return quote
+
+
+def trim_closing_overlap(text: str, ctx: CompletionContext) -> str:
+    """No duplicated `)`, `]`, `}` or quotes: when the completion closes what the rest of the cursor's
+    line already closes, cut the completion there."""
+    rest = ctx.line_suffix.strip()
+    if not rest or not text:
+        return text
+    point = _closing_point(text, _open_quote(ctx.line_prefix))
+    if point is None:
+        return text
+    tail = text[point:].strip()
+    if rest.startswith(tail) or tail.startswith(rest):
+        return text[:point].rstrip(" \t")
+    return text
+
+
+def drop_repeated_suffix(text: str, ctx: CompletionContext) -> str:
+    """A completion that only repeats the rest of the line is no completion."""
+    rest = ctx.line_suffix.strip()
+    if rest and text.strip() == rest:
+        return ""
+    return text
+
+
+def normalize_indentation(text: str, ctx: CompletionContext) -> str:
+    """Indent the way the document does: tabs in tab-indented files, spaces in space-indented ones."""
+    lines = text.split("\n")
+    if len(lines) < 2:
+        return text
+    unit = ctx.indent_unit or "    "
+    body = lines[1:]
+    if unit == "\t" and any(line.startswith(" ") for line in body):
+        widths = [indent_width(line) for line in body if line.strip() and line.startswith(" ")]
+        step = _gcd_step(widths) or 4
+        body = [_spaces_to_tabs(line, step) for line in body]
+    elif unit != "\t" and any(line.startswith("\t") for line in body):
+        body = [_tabs_to_spaces(line, unit) for line in body]
+    return "\n".join([lines[0], *body])
+
+
+def _gcd_step(widths: Sequence[int]) -> int:
+    step = 0
+    for width in widths:
+        a, b = step, width
+        while b:
+            a, b = b, a % b
+        step = a
+    return step
+
+
+def _spaces_to_tabs(line: str, step: int) -> str:
+    stripped = line.lstrip(" \t")
+    width = indent_width(line[: len(line) - len(stripped)], step)
+    return "\t" * (width // step) + " " * (width % step) + stripped
+
+
+def _tabs_to_spaces(line: str, unit: str) -> str:
+    stripped = line.lstrip(" \t")
+    leading = line[: len(line) - len(stripped)]
+    return leading.replace("\t", unit) + stripped
+
+
+def fix_first_line_indent(text: str, ctx: CompletionContext) -> str:
+    """The cursor already stands at the block's indentation: drop extra leading whitespace the model
+    put on the first line when the following lines show that level."""
+    if not ctx.line_prefix or ctx.line_prefix.strip() or "\n" not in text:
+        return text
+    first, rest = text.split("\n", 1)
+    if first == first.lstrip():
+        return text
+    cursor_width = indent_width(ctx.line_prefix)
+    siblings = [line for line in rest.split("\n") if line.strip()]
+    if siblings and indent_width(siblings[0]) == cursor_width:
+        return first.lstrip() + "\n" + rest
+    return text
+
+
+def _error_count(tree) -> int:
+    """ERROR and MISSING nodes, visiting only subtrees that contain one."""
+    if tree is None:
+        return 0
+    count = 0
+    stack = [tree.root_node]
+    while stack:
+        node = stack.pop()
+        if node.is_error or node.is_missing:
+            count += 1
+        stack.extend(child for child in node.children if child.has_error or child.is_missing)
+    return count
+
+
+def prefer_parsable(text: str, ctx: CompletionContext) -> str:
+    """Insert the candidate into the document and keep the longest truncation (at line ends) that
+    adds no syntax errors; the full text when none does."""
+    doc = ctx.document
+    if doc is None or "\n" not in text.strip("\n") or doc.tree is None:
+        return text
+    baseline = _error_count(doc.tree)
+    lines = text.split("\n")
+    for keep in range(len(lines), 0, -1):
+        candidate = "\n".join(lines[:keep])
+        if not candidate.strip():
+            break
+        if _error_count(doc.parse_with_insertion(ctx.offset, candidate.replace("\n", ctx.eol))) <= baseline:
+            return candidate
+    return text
+
+
+def trim_trailing_whitespace(text: str, ctx: CompletionContext) -> str:
+    """No trailing spaces on lines, no trailing blank lines (the document's next line follows)."""
+    return "\n".join(line.rstrip() for line in text.split("\n")).rstrip("\n")
+
+
+def drop_whitespace_only(text: str, ctx: CompletionContext) -> str:
+    return text if text.strip() else ""
+
+
+def to_document_eol(text: str, ctx: CompletionContext) -> str:
+    return text.replace("\n", ctx.eol) if ctx.eol != "\n" else text
+
+
+FILTERS: list[Filter] = [
+    normalize_newlines,
+    limit_lines,
+    trim_suffix_line_overlap,
+    trim_closing_overlap,
+    drop_repeated_suffix,
+    normalize_indentation,
+    fix_first_line_indent,
+    trim_trailing_whitespace,
+    prefer_parsable,
+    drop_whitespace_only,
+    to_document_eol,
+]
+
+
+def postprocess(text: str, ctx: CompletionContext, filters: Sequence[Filter] = FILTERS) -> str:
+    if ctx.mode == "none":
+        return ""
+    for apply in filters:
+        text = apply(text, ctx)
+        if not text:
+            return ""
+    return text

@@ -1,0 +1,151 @@
+"""Stop rules for streamed generation: `rule(text_so_far)` -> length of text to keep, or None.
+
+They are called after every decode step with the whole text so far, so they do O(new text) work:
+a block rule remembers how far it has judged the text and only looks at the lines after that."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from codespec.context.mode import indent_width
+
+_OPENING = {"(": ")", "[": "]", "{": "}"}
+_CLOSING = {")", "]", "}"}
+_CLOSER_WORDS = ("end", "fi", "done", "esac", "until")
+
+
+def bracket_depth(text: str) -> int:
+    """Net open brackets in `text`, skipping simple one-line string literals."""
+    depth, quote = 0, ""
+    escaped = False
+    for char in text:
+        if quote:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == quote:
+                quote = ""
+        elif char in "\"'`":
+            quote = char
+        elif char in _OPENING:
+            depth += 1
+        elif char in _CLOSING:
+            depth -= 1
+        elif char == "\n":
+            quote = ""
+    return depth
+
+
+def first_unbalanced_closer(text: str) -> int | None:
+    """Index of the first closing bracket that closes something opened before `text`."""
+    depth, quote, escaped = 0, "", False
+    for index, char in enumerate(text):
+        if quote:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == quote or char == "\n":
+                quote = ""
+        elif char in "\"'`":
+            quote = char
+        elif char in _OPENING:
+            depth += 1
+        elif char in _CLOSING:
+            depth -= 1
+            if depth < 0:
+                return index
+    return None
+
+
+def starts_with_closer(stripped: str) -> bool:
+    if stripped[:1] in _CLOSING:
+        return True
+    word = stripped.split(None, 1)[0] if stripped else ""
+    return word.rstrip(";") in _CLOSER_WORDS
+
+
+@dataclass
+class LineStop:
+    """Single-line mode: stop at the end of the line (a leading empty line is allowed: the completion
+    may start on the next line), or before text that repeats the rest of the cursor's line."""
+
+    line_suffix: str = ""
+
+    def __call__(self, text: str) -> int | None:
+        newline = text.find("\n")
+        if newline >= 0 and not text[:newline].strip():
+            second = text.find("\n", newline + 1)
+            return second if second >= 0 else None
+        if newline >= 0:
+            return newline
+        rest = self.line_suffix.strip()
+        if rest and text.endswith(rest):
+            keep = len(text) - len(rest)
+            if text[:keep].strip() and bracket_depth(text[:keep]) == 0:
+                return len(text[:keep].rstrip())
+        return None
+
+
+@dataclass
+class BlockStop:
+    """Block mode: stop when a line returns to the opener's indentation (keeping a closer line the
+    suffix does not already have), when a bracket opened before the cursor closes, at `max_lines`,
+    or before a line that repeats the first line of the suffix."""
+
+    opener_indent: int
+    line_prefix: str = ""  # text of the cursor line before the cursor
+    suffix_first_line: str = ""  # first non-blank line after the cursor line
+    suffix_has_closer: bool = False  # that line already closes the block (`}` / `end` at opener level)
+    max_lines: int = 16
+    tab_size: int = 4
+    _judged: str = field(default="", repr=False)  # text whose complete lines are judged
+    _lines: int = field(default=0, repr=False)
+    _depth: int = field(default=0, repr=False)
+
+    def __call__(self, text: str) -> int | None:
+        if not text.startswith(self._judged):
+            self._judged, self._lines, self._depth = "", 0, 0
+        position = len(self._judged)
+        while True:
+            newline = text.find("\n", position)
+            line = text[position:] if newline < 0 else text[position:newline]
+            verdict = self._judge(line, position, complete=newline >= 0)
+            if verdict is not None:
+                return len(text[:verdict].rstrip())  # no trailing blank lines
+            if newline < 0:
+                return None
+            self._judged = text[: newline + 1]
+            position = newline + 1
+
+    def _judge(self, line: str, position: int, *, complete: bool) -> int | None:
+        first = position == 0
+        effective = self.line_prefix + line if first else line
+        stripped = effective.strip()
+        continues_opener = first and bool(self.line_prefix.strip())  # cursor at the end of the opener line
+        if stripped and not continues_opener and indent_width(effective, self.tab_size) <= self.opener_indent:
+            if starts_with_closer(stripped) and not self.suffix_has_closer:
+                return position + len(line) if complete else None
+            return position
+        if not complete:
+            return None
+        if stripped and not first and effective.rstrip() == self.suffix_first_line.rstrip():
+            return position
+        closer = first_unbalanced_closer(line) if self._depth == 0 else None
+        self._depth = max(self._depth + bracket_depth(line), 0)
+        if closer is not None:
+            return position + (closer if self.suffix_has_closer else closer + 1)
+        if stripped and not continues_opener:
+            self._lines += 1
+            if self._lines >= self.max_lines:
+                return position + len(line)
+        return None
+
+
+def never_stop(text: str) -> int | None:
+    return None
+
+
+def stop_now(text: str) -> int | None:
+    return 0
