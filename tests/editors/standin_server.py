@@ -85,6 +85,16 @@ def build_server(delay_s: float) -> StandinServer:
         ls.counts["rejected"] += 1
         ls.rejected_args.extend(arguments)
 
+    @server.feature("standin/configure")
+    def configure(ls: StandinServer, params: Any) -> None:
+        """Tests share one server: set its delay and streaming, and zero its counters."""
+        ls.delay_s = float(getattr(params, "delay", ls.delay_s))
+        ls.streaming = bool(getattr(params, "streaming", ls.streaming))
+        ls.counts = dict.fromkeys(ls.counts, 0)
+        ls.latencies_ms.clear()
+        ls.accepted_args.clear()
+        ls.rejected_args.clear()
+
     @server.feature("codespec/stats")
     def stats(ls: StandinServer, _params: Any) -> dict[str, Any]:
         ordered = sorted(ls.latencies_ms)

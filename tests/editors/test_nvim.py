@@ -15,19 +15,33 @@ from tests.editors.standin_server import SUGGESTION
 FIRST_LINE, REST = SUGGESTION.split("\n", 1)
 
 
-@pytest.fixture
-def make_nvim(tmp_path: Path) -> Iterator:
-    started: list[Nvim] = []
+@pytest.fixture(scope="module")
+def shared_nvim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nvim]:
+    """One nvim and one stand-in server for the module (starting them is most of a test's time)."""
+    nvim = Nvim.start(tmp_path_factory.mktemp("nvim"), standin_cmd(0.05))
+    yield nvim
+    nvim.close()
 
-    def make(delay_s: float = 0.05, **kwargs) -> Nvim:
-        nvim = Nvim.start(tmp_path, standin_cmd(delay_s), **kwargs)
-        started.append(nvim)
+
+@pytest.fixture
+def make_nvim(shared_nvim: Nvim, tmp_path: Path) -> Iterator:
+    """The shared nvim reset for one test: normal mode, no buffers, the plugin on with zeroed
+    counters, a new Python file open, and the server configured and with zeroed counters."""
+
+    def make(delay_s: float = 0.05, streaming: bool = False) -> Nvim:
+        nvim = shared_nvim
+        nvim.input("<Esc>")
+        nvim.wait(lambda: nvim.mode() == "n", "normal mode")
+        nvim.nvim.command("silent! %bwipeout!")
+        nvim.lua("require('codespec').set_enabled(true) "
+                 "local c = require('codespec.ghost').counters for k in pairs(c) do c[k] = 0 end")
         nvim.open(tmp_path / "example.py")
+        configured = nvim.lua("return require('codespec').get_client():request_sync('standin/configure', "
+                              "{delay = ..., streaming = ...}, 5000)", delay_s, streaming)
+        assert configured is not None and not (isinstance(configured, dict) and configured.get("err")), configured
         return nvim
 
     yield make
-    for nvim in started:
-        nvim.close()
 
 
 def wait_for_ghost(nvim: Nvim, expected: str) -> None:
