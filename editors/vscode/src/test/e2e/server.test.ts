@@ -109,14 +109,14 @@ before(async () => {
     if (isPartialCompletion(params)) partials.push(params);
   });
   connection.listen();
-  // What the extension sends with default settings, plus streaming on.
+  // What the extension sends with default settings and streaming on; short suggestions keep it quick.
   const settings = readSettings((key) => (key === "streaming" ? true : undefined));
   initializeResult = await withTimeout(
     connection.sendRequest(InitializeRequest.type, {
       processId: process.pid,
       rootUri: null,
       capabilities: { general: { positionEncodings: ["utf-16"] }, textDocument: { inlineCompletion: {} } },
-      initializationOptions: initializationOptions(settings),
+      initializationOptions: { ...initializationOptions(settings), maxTokens: 32 },
     }),
     "initialize",
   );
