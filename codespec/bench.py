@@ -312,8 +312,23 @@ def register(subparsers, name: str, help: str) -> None:  # noqa: A002
     gen.add_argument("--no-docs", action="store_true", help="do not update docs/benchmarks.md")
     gen.set_defaults(func=run_generate)
     for bench_name, (module, bench_help) in SUBCOMMANDS.items():
-        sub.add_parser(bench_name, help=bench_help, add_help=False).set_defaults(
-            func=lambda args, m=module, n=bench_name: _delegate(m, n, args))
+        _register_sub_bench(sub, bench_name, module, bench_help)
+
+
+def _register_sub_bench(sub, name: str, module: str, help_text: str) -> None:
+    """The module's own arguments when it imports (the top-level parser must know them: it rejects unknown
+    arguments before any `func` runs); a parser that explains what is missing when it does not."""
+    import importlib
+
+    try:
+        mod = importlib.import_module(module)
+    except ImportError:
+        mod = None
+    if mod is None or not hasattr(mod, "register_bench"):
+        sub.add_parser(name, help=help_text, add_help=False).set_defaults(
+            func=lambda args, m=module, n=name: _delegate(m, n, args))
+        return
+    mod.register_bench(sub.add_parser(name, help=help_text, description=help_text))
 
 
 def _delegate(module: str, name: str, args: argparse.Namespace) -> int:
