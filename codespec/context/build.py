@@ -437,9 +437,11 @@ def _make_stop(decision: ModeDecision, ctx: CompletionContext, doc: Document, co
         max_lines=config.max_block_lines,
         tab_size=config.tab_size,
     )
+    closer = (
+        "" if info.indent_blocks else " (closer already in the suffix)" if closes else " (its closer kept)"
+    )
     words = (
-        f"block: a line back at indentation <= {decision.opener_indent}"
-        f"{' (closer already in the suffix)' if closes else ' (its closer kept)'}, an outer bracket closing, "
+        f"block: a line back at indentation <= {decision.opener_indent}{closer}, an outer bracket closing, "
         f"a line repeating the suffix, or {config.max_block_lines} lines"
     )
     return rule, words
@@ -570,7 +572,7 @@ def assemble_prompt(
 
     def special(marker: str | None) -> None:
         if marker:
-            texts.append(marker.replace("▁", " "))
+            texts.append(" " + marker[1:] if marker.startswith("▁") else marker)  # sentencepiece space
             ids.extend(tokens.special(marker))
 
     def plain(text: str) -> None:

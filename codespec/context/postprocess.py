@@ -135,7 +135,8 @@ def normalize_indentation(text: str, ctx: CompletionContext) -> str:
     body = lines[1:]
     if unit == "\t" and any(line.startswith(" ") for line in body):
         widths = [indent_width(line) for line in body if line.strip() and line.startswith(" ")]
-        step = _gcd_step(widths) or 4
+        step = _gcd_step(widths)
+        step = 4 if not step or step % 4 == 0 else step  # one deep line alone does not show the step
         body = [_spaces_to_tabs(line, step) for line in body]
     elif unit != "\t" and any(line.startswith("\t") for line in body):
         body = [_tabs_to_spaces(line, unit) for line in body]

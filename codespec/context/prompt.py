@@ -126,7 +126,8 @@ class TokenCache:
         ids = self._special.get(marker)
         if ids is None:
             vocab_id = self.tokenizer.get_vocab().get(marker)
-            ids = [vocab_id] if vocab_id is not None else self.encode(marker.replace("▁", " "), cache=False)
+            text = " " + marker[1:] if marker.startswith("▁") else marker
+            ids = [vocab_id] if vocab_id is not None else self.encode(text, cache=False)
             self._special[marker] = ids
         return ids
 

@@ -125,17 +125,23 @@ class BlockStop:
         stripped = effective.strip()
         continues_opener = first and bool(self.line_prefix.strip())  # cursor at the end of the opener line
         if stripped and not continues_opener and indent_width(effective, self.tab_size) <= self.opener_indent:
+            if (
+                not complete
+                and stripped not in _CLOSER_WORDS
+                and any(w.startswith(stripped) for w in _CLOSER_WORDS)
+            ):
+                return None  # "e" may still become "end"
             if starts_with_closer(stripped) and not self.suffix_has_closer:
                 return position + len(line) if complete else None
             return position
+        closer = first_unbalanced_closer(line) if self._depth == 0 else None
+        if closer is not None:
+            return position + (closer if self.suffix_has_closer else closer + 1)
         if not complete:
             return None
         if stripped and not first and effective.rstrip() == self.suffix_first_line.rstrip():
             return position
-        closer = first_unbalanced_closer(line) if self._depth == 0 else None
         self._depth = max(self._depth + bracket_depth(line), 0)
-        if closer is not None:
-            return position + (closer if self.suffix_has_closer else closer + 1)
         if stripped and not continues_opener:
             self._lines += 1
             if self._lines >= self.max_lines:

@@ -1,0 +1,145 @@
+"""Post-processing: each filter on its own, then the whole list on the complaints users file most
+(┃ marks the cursor)."""
+
+import pytest
+
+from codespec.context import postprocess
+from codespec.context.postprocess import (
+    drop_repeated_suffix,
+    drop_whitespace_only,
+    fix_first_line_indent,
+    limit_lines,
+    normalize_indentation,
+    normalize_newlines,
+    prefer_parsable,
+    to_document_eol,
+    trim_closing_overlap,
+    trim_suffix_line_overlap,
+    trim_trailing_whitespace,
+)
+from tests.context.helpers import context_at
+
+
+def test_normalize_newlines() -> None:
+    ctx = context_at("x = ┃\n")
+    assert normalize_newlines("a\r\nb\rc", ctx) == "a\nb\nc"
+
+
+def test_limit_lines() -> None:
+    ctx = context_at("def f():\n    ┃\n")
+    ctx.max_lines = 2
+    assert limit_lines("a\nb\nc", ctx) == "a\nb"
+    assert limit_lines("\na\nb\nc", ctx) == "\na\nb"  # the cursor line's own line break does not count
+
+
+@pytest.mark.parametrize(
+    ("source", "completion", "expected"),
+    [
+        ("def f(x):\n    ┃\n    return x\n", "y = x * 2\n    return x", "y = x * 2"),
+        ("def f(x):\n    ┃\n    return x\n", "return x", ""),  # repeats the line below: nothing new
+        ("function f() {\n  ┃\n}\n", "return 1;\n}", "return 1;"),
+        (
+            "function f() {\n  ┃\n}\n",
+            "if (a) {\n    b();\n  }\n  return 1;",
+            "if (a) {\n    b();\n  }\n  return 1;",
+        ),
+        ("a = 1\n┃\nb = 2\nc = 3\n", "x = 0\nb = 2\nc = 3", "x = 0"),
+    ],
+)
+def test_trim_suffix_line_overlap(source: str, completion: str, expected: str) -> None:
+    assert (
+        trim_suffix_line_overlap(completion, context_at(source, "javascript" if "{" in source else "python"))
+        == expected
+    )
+
+
+@pytest.mark.parametrize(
+    ("source", "completion", "expected"),
+    [
+        ("print(foo(┃))\n", "x))", "x"),
+        ("items = [┃]\n", "1, 2, 3]", "1, 2, 3"),
+        ("call({┃})\n", "a: 1})", "a: 1"),
+        ("print(┃)\n", "len(x))", "len(x)"),
+        ("print(┃)\n", "len(x)", "len(x)"),  # balanced: nothing duplicated
+        ('print("┃")\n', 'hello")', "hello"),
+        ('x = "┃"\n', 'abc"', "abc"),
+        ("if (ok(┃)) {\n", "a)) {", "a"),
+        ("x = [┃]\n", "\n    1,\n    2,\n]", "\n    1,\n    2,\n"),
+    ],
+)
+def test_trim_closing_overlap(source: str, completion: str, expected: str) -> None:
+    assert trim_closing_overlap(completion, context_at(source)) == expected
+
+
+def test_drop_repeated_suffix() -> None:
+    assert drop_repeated_suffix(")", context_at("f(┃)\n")) == ""
+    assert drop_repeated_suffix("x)", context_at("f(┃)\n")) == "x)"
+
+
+def test_normalize_indentation_tabs_and_spaces() -> None:
+    tabbed = context_at("func f() {\n\tx := 1\n\tif x > 0 {\n\t\t┃\n\t}\n}\n", "go")
+    assert tabbed.indent_unit == "\t"
+    assert normalize_indentation("y := 2\n        return y", tabbed) == "y := 2\n\t\treturn y"
+    spaced = context_at("def f():\n    x = 1\n    ┃\n")
+    assert spaced.indent_unit == "    "
+    assert normalize_indentation("y = 2\n\treturn y", spaced) == "y = 2\n    return y"
+    assert normalize_indentation("y = 2\n    return y", spaced) == "y = 2\n    return y"
+    two = context_at("function f() {\n  if (a) {\n    b();\n  }\n  ┃\n}\n", "javascript")
+    assert two.indent_unit == "  "
+    assert normalize_indentation("c();\n\td();", two) == "c();\n  d();"
+
+
+def test_fix_first_line_indent() -> None:
+    ctx = context_at("def f():\n    ┃\n")
+    assert fix_first_line_indent("    x = 1\n    return x", ctx) == "x = 1\n    return x"
+    assert fix_first_line_indent("    x = 1\n        return x", ctx) == "    x = 1\n        return x"
+
+
+def test_trim_trailing_whitespace_and_blank() -> None:
+    ctx = context_at("x = ┃\n")
+    assert trim_trailing_whitespace("a  \nb\t\n\n", ctx) == "a\nb"
+    assert trim_trailing_whitespace("\n    foo()  ", ctx) == "\n    foo()"
+    assert drop_whitespace_only("  \n\t ", ctx) == ""
+    assert postprocess("   \n  ", ctx) == ""
+
+
+def test_prefer_parsable_drops_a_broken_last_line() -> None:
+    ctx = context_at("def f(x):\n    ┃\n\nprint(1)\n")
+    assert prefer_parsable("if x:\n        return 1\n    else", ctx) == "if x:\n        return 1"
+    good = "if x:\n        return 1\n    return 2"
+    assert prefer_parsable(good, ctx) == good
+
+
+def test_crlf_document() -> None:
+    ctx = context_at("def f():\r\n    ┃\r\n")
+    assert ctx.eol == "\r\n" and ctx.mode == "block"
+    assert "\r" not in ctx.prompt  # the model sees "\n" line breaks
+    assert to_document_eol("x = 1\n    return x", ctx) == "x = 1\r\n    return x"
+    assert postprocess("x = 1\r\n    return x\r\n", ctx) == "x = 1\r\n    return x"
+
+
+def test_non_ascii_positions() -> None:
+    ctx = context_at('s = "😀"; t = foo(┃)\n', encoding="utf-16")
+    assert ctx.line_prefix == 's = "😀"; t = foo(' and ctx.line_suffix == ")"
+    assert postprocess("x)", ctx) == "x"
+    ctx8 = context_at("ünïcode = [┃]\n", encoding="utf-8")
+    assert ctx8.line_prefix == "ünïcode = [" and postprocess("1, 2]", ctx8) == "1, 2"
+
+
+@pytest.mark.parametrize(
+    ("language", "source", "completion", "expected"),
+    [
+        ("python", "result = compute(a, ┃)\n", "b)", "b"),
+        ("javascript", "const x = [1, 2, ┃];\n", "3];", "3"),
+        ("python", "def f(x):\n    ┃\n    return y\n", "y = x + 1\n    return y\n", "y = x + 1"),
+        ("javascript", "if (a) {\n  ┃\n}\n", "b();\n}\n", "b();"),
+        ("python", "def f():\n    ┃\n", "    x = 1\n    return x", "x = 1\n    return x"),
+        ("python", "def f():\n    ┃\n", "  \n", ""),
+    ],
+)
+def test_complaints_end_to_end(language: str, source: str, completion: str, expected: str) -> None:
+    assert postprocess(completion, context_at(source, language)) == expected
+
+
+def test_none_mode_gives_nothing() -> None:
+    assert postprocess("anything", context_at("fo┃o\n")) == ""
