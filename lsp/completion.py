@@ -251,8 +251,13 @@ class CompletionManager:
         try:
             return await waiter.future
         except asyncio.CancelledError:
-            # An explicit $/cancelRequest (or shutdown): stop the model work this request asked for.
-            if not generation.done and all(w is waiter or w.future.done() for w in generation.waiters):
+            # An explicit $/cancelRequest (or shutdown): stop the model work this request asked for,
+            # unless the request was already answered as superseded (editors cancel the previous
+            # request right after the edit that superseded it; the edit decided the generation's fate).
+            # (Task.cancel() also cancels the awaited future: only a *result* means superseded.)
+            stale = waiter.future.done() and not waiter.future.cancelled()
+            others = any(w is not waiter and not w.future.done() for w in generation.waiters)
+            if not (stale or others or generation.done):
                 generation.token.cancel()
             raise
         finally:

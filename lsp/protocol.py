@@ -4,6 +4,8 @@
   object hook raises inside `json.loads` and the read loop only logs it. Here such a request becomes
   an `InvalidRequest` marker that is answered with -32602, so every request gets a response.
 - Requests after `shutdown` are answered with -32600 instead of being ignored.
+- A notification method sent with an id (a request) is answered with -32600; pygls would drop the
+  id and handle it as a notification, leaving the request unanswered.
 - `$/cancelRequest` for an already answered request is normal editor traffic: debug, not warning.
 - Position encoding: utf-8 is chosen whenever the client offers it, else pygls's choice (utf-16).
 - Document sync notifications go to the server's own handlers only (its documents live in
@@ -42,6 +44,10 @@ class CodespecProtocol(LanguageServerProtocol):
         if not (_is_request(data) and "jsonrpc" in data):
             return super().structure_message(data)
         request_type = self.get_message_type(data["method"]) or JsonRPCRequestMessage
+        if attrs.has(request_type) and "id" not in attrs.fields_dict(request_type):
+            # A notification method sent with an id is a request nobody handles: answer it, once.
+            error = JsonRpcInvalidRequest(f"{data['method']} is a notification; it must not have an id")
+            return InvalidRequest(id=data["id"], method=data["method"], error=error)
         try:
             return self._converter.structure(data, request_type)
         except (ClassValidationError, ValueError, TypeError, KeyError) as exc:
@@ -49,7 +55,7 @@ class CodespecProtocol(LanguageServerProtocol):
 
     def handle_message(self, message: Any):
         if isinstance(message, InvalidRequest):
-            logger.warning("invalid params for %s (id %r): answered -32602", message.method, message.id)
+            logger.warning("invalid request %s (id %r): answered %d", message.method, message.id, message.error.code)
             self._send_response(message.id, error=message.error.to_response_error())
             return
         method = getattr(message, "method", None)

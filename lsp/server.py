@@ -105,6 +105,8 @@ class CodespecServer(LanguageServer):
             raise ModelError(f"loading models failed: {exc}") from exc
         if self._loading_key == key:
             self.engine, self._engine_key = engine, key
+            if hasattr(engine, "step_delay_s"):
+                engine.step_delay_s = self.options.step_delay_s  # may have changed during the load
         return engine
 
     async def _load_engine(self, options: ServerOptions) -> Any:

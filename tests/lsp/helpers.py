@@ -13,7 +13,8 @@ from typing import Any
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient, make_test_lsp_client
 
-WAIT_S = 20.0  # bound on every wait; generous for a loaded 2-core machine, never reached when healthy
+WAIT_S = 30.0  # bound on every wait; generous for a loaded 2-core machine, never reached when healthy
+LOAD_WAIT_S = 120.0  # starting a server that imports torch and loads models, on a busy machine
 SERVER_ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 TINY_ARGS = ["--model", "tiny", "--draft-model", "none", "--draft", "lookup", "--threads", "1"]
 _ids = itertools.count(1)
@@ -61,7 +62,7 @@ async def session(
                     capabilities=caps or capabilities(), initialization_options=init_options or {}
                 )
             ),
-            60.0,  # the first start imports torch and builds the tiny models
+            LOAD_WAIT_S,
         )
         client.init_result = result
         yield client
@@ -137,11 +138,21 @@ async def wait_until(predicate, *, timeout: float = WAIT_S, interval: float = 0.
 
 
 def open_doc(client: LanguageClient, uri: str, text: str, language: str = "python", version: int = 1) -> None:
+    client.opened = [*getattr(client, "opened", []), uri]
     client.text_document_did_open(
         types.DidOpenTextDocumentParams(
             text_document=types.TextDocumentItem(uri=uri, language_id=language, version=version, text=text)
         )
     )
+
+
+def close_opened(client: LanguageClient) -> None:
+    """didClose what a test opened: other open documents feed the prompt (neighbour snippets)."""
+    for uri in getattr(client, "opened", []):
+        client.text_document_did_close(
+            types.DidCloseTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri))
+        )
+    client.opened = []
 
 
 def insert(client: LanguageClient, uri: str, version: int, line: int, character: int, text: str) -> None:

@@ -3,6 +3,8 @@ driven over LSP. One server for the module (see conftest); each test has its own
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
@@ -10,9 +12,11 @@ from pygls.exceptions import JsonRpcException
 from tests.lsp.helpers import (
     DEFAULTS,
     FAIL_MARKER,
+    LOAD_WAIT_S,
     advance,
     bounded,
     cancel_request,
+    close_opened,
     configure,
     document_text,
     end_position,
@@ -35,7 +39,7 @@ PY_DOC = "def add(a, b):\n    return a + b\n\n\ndef scale(values, factor):\n    
 
 async def suggestion_at(client, uri: str, line: int, character: int) -> tuple[dict, str]:
     """Invoke at a position, let the generation finish, re-trigger: the full (cached) suggestion."""
-    first = await bounded(inline(client, uri, line, character, trigger=1))
+    first = await bounded(inline(client, uri, line, character, trigger=1), LOAD_WAIT_S)
     assert item_text(first), f"the tiny model suggested nothing at {uri}:{line}:{character}"
     await settle(client)
     again = inline(client, uri, line, character, trigger=1)
@@ -51,10 +55,13 @@ def delay(client, seconds: float, **more) -> None:
 
 
 @pytest.fixture(autouse=True)
-def restore_defaults(client):
+def isolate(client):
+    """Defaults before and after; the test's documents closed after it (they would be neighbours)."""
     configure(client, **DEFAULTS)
     yield
-    configure(client, **DEFAULTS)
+    if client._server.returncode is None:
+        close_opened(client)
+        configure(client, **DEFAULTS)
 
 
 async def test_capabilities_and_loading_progress(client):
@@ -74,7 +81,7 @@ async def test_capabilities_and_loading_progress(client):
             for reports in client.progress_reports.values()
         )
 
-    await wait_until(progress_ended)
+    await wait_until(progress_ended, timeout=LOAD_WAIT_S)
     (reports,) = client.progress_reports.values()
     assert isinstance(reports[0], types.WorkDoneProgressBegin)
     assert reports[0].title == "codespec: loading models"
@@ -234,7 +241,8 @@ async def test_utf16_positions_with_emoji(client):
 async def test_cancel_request_answers_32800_and_stops_the_worker(client):
     uri = "file:///t/cancel.py"
     open_doc(client, uri, PY_DOC)
-    delay(client, 0.05, earlyAnswer=False, maxTokens=200)
+    # Slow steps: after the first streamed text the cancel arrives long before the next step ends.
+    delay(client, 0.5, earlyAnswer=False, maxTokens=200)
     before = await settle(client)
     seen = len(client.partials)
     line, character = end_position(PY_DOC)
@@ -250,7 +258,7 @@ async def test_cancel_request_answers_32800_and_stops_the_worker(client):
     assert error.value.code == -32800
     report = await settle(client)
     generation = generation_of(report, record_of(report, request.msg_id)["generation"])
-    assert generation["finishReason"] == "cancelled"
+    assert generation["finishReason"] == "cancelled", (generation, record_of(report, request.msg_id))
     assert generation["forwardsAfterCancel"] <= 1
     assert generation["engineForwardsAfterCancel"] <= 1
     assert generation["newTokens"] < 200
@@ -261,7 +269,7 @@ async def test_cancel_request_answers_32800_and_stops_the_worker(client):
 async def test_did_change_supersedes_the_running_request(client):
     uri = "file:///t/supersede.py"
     open_doc(client, uri, PY_DOC)
-    delay(client, 0.05, earlyAnswer=False, maxTokens=200)
+    delay(client, 0.5, earlyAnswer=False, maxTokens=200)
     before = await settle(client)
     seen = len(client.partials)
     line, character = end_position(PY_DOC)
@@ -389,3 +397,51 @@ async def test_inline_and_completion_requests_do_not_supersede_each_other(client
     assert record_of(report, popup.msg_id)["generation"] == record_of(report, ghost.msg_id)["generation"]
     (item,) = popup_result["items"]
     assert item["textEdit"]["newText"].startswith(item_text(ghost_result))
+
+
+async def test_typing_along_a_running_generation_keeps_it(client):
+    """Editor-style: edit, $/cancelRequest for the (already superseded) request, new request.
+    The typed text matches what is being generated, so the generation goes on and serves it."""
+    uri = "file:///t/running.py"
+    open_doc(client, uri, PY_DOC)
+    delay(client, 0.3, maxTokens=12, earlyAnswer=False)
+    await settle(client)
+    seen = len(client.partials)
+    line, character = end_position(PY_DOC)
+    first = inline(client, uri, line, character, trigger=1)
+
+    async def some_text():
+        texts = [p.text for p in client.partials[seen:] if p.uri == uri and not p.done]
+        return next((t for t in texts if t), None)
+
+    shown = await wait_until(some_text)
+    insert(client, uri, 2, line, character, shown[0])
+    cancel_request(client, first.msg_id)
+    second = inline(client, uri, *advance(line, character, shown[0]))
+    with contextlib.suppress(JsonRpcException):  # null (superseded) or -32800, whichever won the race
+        assert await bounded(first) is None
+    result = await bounded(second)
+    report = await settle(client)
+    one, two = record_of(report, first.msg_id), record_of(report, second.msg_id)
+    assert two["generation"] == one["generation"] and two["source"] == "typed-along"
+    generation = generation_of(report, one["generation"])
+    assert generation["finishReason"] != "cancelled"
+    assert item_text(result) is not None
+
+
+async def test_zz_vanished_client_during_a_generation_ends_the_process(client):
+    """Last in the module (it ends the shared server): the editor dies mid-generation."""
+    uri = "file:///t/gone.py"
+    open_doc(client, uri, PY_DOC)
+    delay(client, 1.0, maxTokens=200, earlyAnswer=False)
+    line, character = end_position(PY_DOC)
+    inline(client, uri, line, character, trigger=1)
+
+    async def running():
+        report = await stats(client)
+        return report["generations"]["started"] > report["generations"]["finished"]
+
+    await wait_until(running)
+    client._server.stdin.close()
+    # The generation would take minutes; the process must not wait for it (nor for the stdin reader).
+    assert await bounded(client._server.wait(), 5.0) in (0, 1)
