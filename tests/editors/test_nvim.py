@@ -201,3 +201,21 @@ def test_stats_command_and_checkhealth(make_nvim) -> None:
     assert "server command:" in report and "attached: client" in report
     assert "model loaded: standin" in report
     assert "model standin (loaded)" in output
+
+
+@pytest.mark.parametrize(
+    ("text", "word", "line"),
+    [
+        ("(a, b):\n    return", "(", "(a, b):"),
+        ("  total = 1", "  total", "  total = 1"),
+        ("\n    return a", "\n    ", "\n    return a"),
+        (":=", ":=", ":="),
+        ("   ", "   ", "   "),
+        ("éa b", "éa", "éa b"),
+        ("->λx", "->", "->λx"),
+    ],
+)
+def test_next_word_and_next_line(shared_nvim: Nvim, text: str, word: str, line: str) -> None:
+    ghost = "require('codespec.ghost')"
+    assert shared_nvim.lua(f"return {ghost}.next_word(...)", text) == word
+    assert shared_nvim.lua(f"return {ghost}.next_line(...)", text) == line

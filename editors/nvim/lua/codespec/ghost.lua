@@ -367,7 +367,11 @@ function M.next_word(text)
   if text:sub(1, 1) == "\n" then
     return text:match("^\n[ \t]*") or "\n"
   end
-  return text:match("^[ \t]*[%w_]+") or text:match("^[ \t]*[^%w_%s]+") or text:match("^[ \t]+") or text:sub(1, 1)
+  -- Bytes >= 0x80 (UTF-8 sequences) count as word characters, so a word is never cut inside a character.
+  return text:match("^[ \t]*[%w_\128-\255]+")
+    or text:match("^[ \t]*[^%w_%s\128-\255]+")
+    or text:match("^[ \t]+")
+    or text:sub(1, 1)
 end
 
 --- The rest of the current line of `text`, or the next line when `text` starts with a newline.
