@@ -31,6 +31,16 @@ DRAFTING_MODES = ("none", "lookup", "model", "both")
 StopFn = Callable[[str], int | None]
 
 
+def stop_at_strings(strings: Sequence[str]) -> StopFn:
+    """A stop rule for literal stop strings, which may span token boundaries: cut before the first one."""
+
+    def stop(text: str) -> int | None:
+        cuts = [i for i in (text.find(s) for s in strings if s) if i >= 0]
+        return min(cuts) if cuts else None
+
+    return stop
+
+
 class CancelToken:
     """Set from any thread; the decode loop checks it before every target forward."""
 

@@ -5,7 +5,7 @@ import threading
 import pytest
 import torch
 
-from codespec.engine import CancelToken, Engine
+from codespec.engine import CancelToken, Engine, stop_at_strings
 from codespec.errors import CodespecError
 from codespec.tiny import tiny_model
 from tests.engine.conftest import Bundle, reference_greedy
@@ -122,3 +122,13 @@ def test_bad_input_is_a_clear_error(target, draft):
     assert Engine(target, Bundle(draft.model, draft.tokenizer), drafting="both", stop_token_ids=[]).generate(
         [1, 2], max_new_tokens=3
     ).token_ids == reference_greedy(target.model, [1, 2], 3, set())
+
+
+def test_stop_strings_across_token_boundaries(target, tokenizer):
+    engine = Engine(target, drafting="lookup", stop_token_ids=[])
+    prompt = tokenizer.encode("x = 1\n")
+    full = engine.generate(prompt, max_new_tokens=40).text
+    needle = full[10:13]  # three byte-tokens: the stop string spans token boundaries
+    result = engine.generate(prompt, max_new_tokens=40, stop=stop_at_strings(["never-there", needle]))
+    assert result.finish_reason == "stop"
+    assert result.text == full[: full.find(needle)]
