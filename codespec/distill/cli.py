@@ -1,0 +1,262 @@
+"""Command line of `codespec distill` and `codespec bench distill`: data -> labels -> LoRA -> merged draft
+-> before/after evaluation. Everything the run learns about itself goes to OUT/distill.json."""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from codespec.errors import CodespecError
+
+DEFAULT_TARGET = "bundled:qwen2.5-coder-1.5b"
+DEFAULT_DRAFT = "bundled:qwen2.5-coder-0.5b"
+METHODS = ("lora",)
+REPORT = "distill.json"
+EVAL_REPORT = "distill-eval.json"
+
+
+def add_common_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--target", default=DEFAULT_TARGET, help=f"target model spec (default {DEFAULT_TARGET})")
+    parser.add_argument("--device", default="auto", help="auto (cuda if present), cpu, cuda, cuda:N")
+    parser.add_argument("--dtype", default="auto", help="auto (fp32 on CPU, bf16 on CUDA), fp32, bf16, fp16")
+    parser.add_argument("--threads", type=int, help="CPU threads for torch")
+    parser.add_argument("--seed", type=int, default=0, help="seeds the split, the examples and the training")
+    parser.add_argument("--eval-prompts", type=int, default=8, help="FIM prompts from held-out files for --eval")
+    parser.add_argument("--eval-max-tokens", type=int, default=32, help="new tokens per eval prompt")
+    parser.add_argument("--eval-prefix-tokens", type=int, default=256, help="prefix tokens of each eval prompt")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def add_distill_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--repo", required=True, type=Path, help="the repository whose code the draft learns")
+    parser.add_argument("--out", required=True, type=Path, help="output directory: the merged draft (HF format)")
+    parser.add_argument("--draft", default=DEFAULT_DRAFT, help=f"draft model spec to adapt (default {DEFAULT_DRAFT})")
+    parser.add_argument("--method", choices=METHODS, default="lora", help="lora: LoRA on the draft, merged at the end")
+    add_common_arguments(parser)
+    parser.add_argument("--holdout", type=float, default=0.2, help="share of files held out for evaluation")
+    parser.add_argument("--seq-len", type=int, default=256, help="tokens per training example")
+    parser.add_argument("--fim-fraction", type=float, default=0.5, help="share of the label budget for FIM")
+    parser.add_argument("--max-train-tokens", type=int, default=20000,
+                        help="budget of tokens the target labels for training (its forward is the cost)")
+    parser.add_argument("--max-eval-tokens", type=int, default=4000, help="same, for held-out agreement")
+    parser.add_argument("--top-k", type=int, default=32, help="target probabilities kept per position")
+    parser.add_argument("--max-minutes", type=float, help="stop training after this many minutes")
+    parser.add_argument("--max-steps", type=int, help="stop training after this many optimizer steps")
+    parser.add_argument("--epochs", type=float, default=2.0)
+    parser.add_argument("--batch", type=int, default=4, help="examples per optimizer step")
+    parser.add_argument("--lr", type=float, default=3e-4)
+    parser.add_argument("--rank", type=int, default=16, help="LoRA rank")
+    parser.add_argument("--lora-layers", type=int,
+                        help="adapt only the last N decoder layers (cheaper backward; default all)")
+    parser.add_argument("--ce-weight", type=float, default=0.1, help="weight of the CE on the target's argmax")
+    parser.add_argument("--checkpoint-every", type=int, default=10, help="optimizer steps between checkpoints")
+    parser.add_argument("--fresh", action="store_true", help="ignore saved labels and checkpoints in OUT/work")
+    parser.add_argument("--eval", action="store_true",
+                        help="after training: acceptance and tau before/after on held-out files")
+
+
+def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--draft-model", required=True, type=Path, help="a directory written by `codespec distill`")
+    parser.add_argument("--base-draft", help="the draft before distillation (default: from DIR/distill.json)")
+    add_common_arguments(parser)
+
+
+# --------------------------------------------------------------------------------------------- distill
+
+
+def run_distill(args: argparse.Namespace) -> int:
+    import torch
+
+    from codespec.distill import data, teacher, train
+    from codespec.distill.evaluate import agreement
+    from codespec.models import load_model
+
+    _check_args(args)
+    _threads(args.threads)
+    progress = not args.quiet
+    work = args.out / "work"
+    if args.fresh:
+        for stale in ("labels-train.pt", "labels-heldout.pt", "checkpoint.pt"):
+            (work / stale).unlink(missing_ok=True)
+    files = data.collect_files(args.repo)
+    train_files, held_files = data.split_files(files, args.holdout, args.seed)
+    example_config = data.ExampleConfig(seq_len=args.seq_len, fim_fraction=args.fim_fraction)
+    _say(f"{len(files)} files: {len(train_files)} for training, {len(held_files)} held out "
+         f"({', '.join(f.relpath for f in held_files) or 'none'})")
+
+    started = time.monotonic()
+    target = load_model(args.target, device=args.device, dtype=args.dtype, progress=progress)
+    data.fim_marker_ids(target.tokenizer)
+    train_examples = data.build_examples(train_files, target.tokenizer, example_config, seed=args.seed,
+                                         max_positions=args.max_train_tokens)
+    held_examples = data.build_examples(held_files, target.tokenizer, example_config, seed=args.seed + 1,
+                                        max_positions=args.max_eval_tokens) if held_files else []
+    _say(f"{len(train_examples)} training examples ({_kinds(train_examples)}), "
+         f"{len(held_examples)} held-out ({_kinds(held_examples)})")
+    train_labels = teacher.label_examples(target.model, train_examples, args.top_k, work / "labels-train.pt",
+                                          desc="target labels (train)", progress=progress)
+    held_labels = teacher.label_examples(target.model, held_examples, args.top_k, work / "labels-heldout.pt",
+                                         desc="target labels (held-out)", progress=progress)
+    label_s = time.monotonic() - started
+    target_tokenizer = target.tokenizer
+    del target  # the target and the trained draft need not share the memory
+    gc.collect()
+
+    draft = load_model(args.draft, device=args.device, dtype=args.dtype, progress=progress)
+    _check_vocabulary(target_tokenizer, draft.tokenizer)
+    before = agreement(draft.model, held_examples, held_labels) if held_examples else None
+    config = train.TrainConfig(seed=args.seed, lr=args.lr, rank=args.rank, alpha=2 * args.rank,
+                               lora_layers=args.lora_layers, ce_weight=args.ce_weight, batch_examples=args.batch,
+                               epochs=args.epochs, max_steps=args.max_steps, max_minutes=args.max_minutes,
+                               checkpoint_every=args.checkpoint_every)
+    torch.manual_seed(args.seed)
+    peft_model, state = train.train_lora(draft.model, train_examples, train_labels, config, work / "checkpoint.pt",
+                                         data_key=data.fingerprint(train_examples), progress=progress)
+    merged = train.save_merged(peft_model, draft.tokenizer, args.out)
+    after = agreement(merged, held_examples, held_labels) if held_examples else None
+    report = {
+        "repo": str(args.repo.resolve()), "target": args.target, "draft": args.draft, "method": args.method,
+        "seed": args.seed, "holdout": args.holdout, "example_config": asdict(example_config),
+        "max_eval_tokens": args.max_eval_tokens,
+        "train_files": [f.relpath for f in train_files], "heldout_files": [f.relpath for f in held_files],
+        "train_examples": len(train_examples), "heldout_examples": len(held_examples),
+        "train_positions": sum(e.positions for e in train_examples), "label_s": round(label_s, 1),
+        "train": {**asdict(config), "steps": state.step, "seconds": round(state.seconds, 1),
+                  "stopped_by": state.stopped_by, "losses": [round(x, 5) for x in state.losses]},
+        "agreement": {"before": before, "after": after},
+        "command": " ".join(["codespec", *sys.argv[1:]]) if sys.argv[0].endswith("codespec") else None,
+    }
+    (args.out / REPORT).write_text(json.dumps(report, indent=1))
+    _say(f"trained {state.step} steps in {state.seconds / 60:.1f} min (stopped by {state.stopped_by}); "
+         f"loss {_first_last(state.losses)}; saved the draft to {args.out}")
+    if before and after:
+        _say(f"held-out teacher-forced agreement: {before['agreement']:.1%} -> {after['agreement']:.1%} "
+             f"(KL {before['kl']:.4f} -> {after['kl']:.4f})")
+    del peft_model, merged, draft
+    gc.collect()
+    if args.eval:
+        evaluate_dir(args.out, target_spec=args.target, base_spec=args.draft, device=args.device, dtype=args.dtype,
+                     prompts=args.eval_prompts, max_new_tokens=args.eval_max_tokens, progress=progress,
+                     prefix_tokens=args.eval_prefix_tokens,
+                     agreement_report={"base": before, "distilled": after})
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------- bench
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    _threads(args.threads)
+    meta = _read_report(args.draft_model)
+    evaluate_dir(args.draft_model, target_spec=args.target if args.target != DEFAULT_TARGET else meta["target"],
+                 base_spec=args.base_draft or meta["draft"], device=args.device, dtype=args.dtype,
+                 prompts=args.eval_prompts, max_new_tokens=args.eval_max_tokens, progress=not args.quiet,
+                 prefix_tokens=args.eval_prefix_tokens,
+                 agreement_report=None)
+    return 0
+
+
+def evaluate_dir(out: Path, *, target_spec: str, base_spec: str, device: str, dtype: str, prompts: int,
+                 max_new_tokens: int, progress: bool, agreement_report: dict | None,
+                 prefix_tokens: int = 256) -> dict:
+    """Acceptance/tau of the base draft and of the distilled one in OUT, on the held-out files of OUT's run."""
+    from codespec.distill import data
+    from codespec.distill.evaluate import eval_prompts, markdown, speculative_eval
+    from codespec.models import load_model
+
+    meta = _read_report(out)
+    repo = Path(meta["repo"])
+    held = [f for f in data.collect_files(repo) if f.relpath in set(meta["heldout_files"])]
+    if not held:
+        raise CodespecError(f"{out}: the run held out no files of {repo}; nothing to evaluate on")
+    target = load_model(target_spec, device=device, dtype=dtype, progress=progress)
+    base = load_model(base_spec, device=device, dtype=dtype, progress=progress)
+    distilled = load_model(str(out), device=device, dtype=dtype, progress=progress)
+    if agreement_report is None:
+        agreement_report = _agreement_from_saved(out, meta, target.tokenizer, base, distilled)
+    chosen = eval_prompts(held, target.tokenizer, prompts, meta["seed"], prefix_tokens=prefix_tokens)
+    spec = speculative_eval(target, {"base": base, "distilled": distilled}, chosen, max_new_tokens,
+                            progress=progress)
+    report = {"target": target_spec, "base_draft": base_spec, "distilled": str(out),
+              "heldout_files": meta["heldout_files"], "agreement": agreement_report, "speculative": spec}
+    (out / EVAL_REPORT).write_text(json.dumps(report, indent=1))
+    print(markdown(report))
+    base_tau, new_tau = spec["summary"]["base"]["tau"], spec["summary"]["distilled"]["tau"]
+    if base_tau and new_tau:
+        _say(f"tau {base_tau:.3f} -> {new_tau:.3f} ({new_tau / base_tau - 1:+.1%}) on {len(chosen)} held-out prompts; "
+             f"report in {out / EVAL_REPORT}")
+    return report
+
+
+def _agreement_from_saved(out: Path, meta: dict, tokenizer, base, distilled) -> dict | None:
+    """Held-out agreement from the labels the distill run saved (no target forwards needed)."""
+    import torch
+
+    from codespec.distill import data
+    from codespec.distill.evaluate import agreement
+
+    path = out / "work" / "labels-heldout.pt"
+    if not path.exists():
+        return None
+    repo = Path(meta["repo"])
+    held = [f for f in data.collect_files(repo) if f.relpath in set(meta["heldout_files"])]
+    config = data.ExampleConfig(**meta["example_config"])
+    budget = meta.get("max_eval_tokens")
+    examples = data.build_examples(held, tokenizer, config, seed=meta["seed"] + 1, max_positions=budget)
+    saved = torch.load(path, weights_only=False)
+    if saved["key"]["fingerprint"] != data.fingerprint(examples) or len(saved["labels"]) != len(examples):
+        return None  # the repository changed since the run
+    return {"base": agreement(base.model, examples, saved["labels"]),
+            "distilled": agreement(distilled.model, examples, saved["labels"])}
+
+
+# ----------------------------------------------------------------------------------------------- helpers
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    for name in ("seq_len", "max_train_tokens", "top_k", "batch", "rank", "eval_prompts", "eval_max_tokens"):
+        if getattr(args, name) < 1:
+            raise CodespecError(f"--{name.replace('_', '-')} must be >= 1")
+    if args.max_minutes is not None and args.max_minutes <= 0:
+        raise CodespecError("--max-minutes must be > 0")
+    if args.eval and args.holdout == 0:
+        raise CodespecError("--eval needs held-out files (--holdout > 0)")
+
+
+def _check_vocabulary(target_tokenizer, draft_tokenizer) -> None:
+    if target_tokenizer.get_vocab() != draft_tokenizer.get_vocab():
+        raise CodespecError("the draft does not share the target's tokenizer; pick a draft of the same family")
+
+
+def _read_report(out: Path) -> dict:
+    try:
+        return json.loads((out / REPORT).read_text())
+    except FileNotFoundError:
+        raise CodespecError(f"{out} has no {REPORT}: not a directory written by `codespec distill`") from None
+
+
+def _threads(threads: int | None) -> None:
+    if threads is not None:
+        import torch
+
+        if threads < 1:
+            raise CodespecError("--threads must be >= 1")
+        torch.set_num_threads(threads)
+
+
+def _kinds(examples) -> str:
+    fim = sum(1 for e in examples if e.kind == "fim")
+    return f"{fim} FIM, {len(examples) - fim} left-to-right"
+
+
+def _first_last(losses: list[float]) -> str:
+    return f"{losses[0]:.4f} -> {losses[-1]:.4f}" if losses else "-"
+
+
+def _say(message: str) -> None:
+    print(f"codespec distill: {message}", file=sys.stderr, flush=True)

@@ -1,0 +1,200 @@
+"""LoRA distillation of the draft: minimise KL(target || draft) on the target's top-k labels (plus an
+optional cross-entropy on the target's argmax, the token greedy verification accepts).
+
+Single process on purpose: CPU and one GPU need nothing else, and the loop stays simple to resume.
+Checkpoints hold the LoRA weights, the optimizer, the step and the data cursor; a run resumed from one
+continues exactly as if it had not stopped (the data order is a function of the seed and the epoch)."""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from codespec.distill.data import Example
+from codespec.distill.teacher import Labels
+from codespec.errors import CodespecError
+
+LORA_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclass
+class TrainConfig:
+    seed: int = 0
+    lr: float = 3e-4
+    warmup_steps: int = 4
+    rank: int = 16
+    alpha: int = 32
+    # Only the last N decoder layers get adapters: backward then stops there, which on CPU nearly halves
+    # a step. None = every layer.
+    lora_layers: int | None = None
+    ce_weight: float = 0.1
+    batch_examples: int = 4  # examples per optimizer step (gradient accumulation, one example at a time)
+    epochs: float = 2.0
+    max_steps: int | None = None
+    max_minutes: float | None = None
+    checkpoint_every: int = 10
+
+
+@dataclass
+class TrainState:
+    step: int = 0
+    examples_seen: int = 0  # cursor into the seeded example order
+    losses: list[float] = field(default_factory=list)  # mean loss per optimizer step
+    seconds: float = 0.0
+    stopped_by: str = ""
+
+
+def distill_loss(draft_logits: torch.Tensor, labels: Labels, ce_weight: float) -> torch.Tensor:
+    """Per-position loss: KL over the partition {top-k tokens, everything else} (exact for the mass the
+    labels keep, cheap to store) + ce_weight * cross-entropy on the target's top-1 token."""
+    log_q = torch.log_softmax(draft_logits.float(), dim=-1)
+    log_p = labels.logprobs.float()
+    ids = labels.ids.long().to(log_q.device)
+    log_p = log_p.to(log_q.device)
+    p = log_p.exp()
+    log_q_top = log_q.gather(-1, ids)
+    kl_top = (p * (log_p - log_q_top)).sum(-1)
+    p_rest = (1.0 - p.sum(-1)).clamp_min(1e-8)
+    q_rest = (1.0 - log_q_top.exp().sum(-1)).clamp_min(1e-8)
+    kl_rest = p_rest * (p_rest.log() - q_rest.log())
+    ce = -log_q_top[:, 0]
+    return kl_top + kl_rest + ce_weight * ce
+
+
+def draft_logits(model: torch.nn.Module, example: Example) -> torch.Tensor:
+    device = next(model.parameters()).device
+    out = model(input_ids=torch.tensor([example.ids], device=device), logits_to_keep=example.positions,
+                use_cache=False)
+    return out.logits[0]
+
+
+def add_lora(model: torch.nn.Module, config: TrainConfig) -> torch.nn.Module:
+    from peft import LoraConfig, get_peft_model
+
+    names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+    modules = [m for m in LORA_MODULES if m in names]
+    if not modules:
+        raise CodespecError("the draft model has none of the projections LoRA adapts (q_proj, ...)")
+    layers = model.config.num_hidden_layers
+    wanted = None
+    if config.lora_layers is not None:
+        wanted = list(range(max(0, layers - config.lora_layers), layers))
+    torch.manual_seed(config.seed)  # LoRA's A matrices are random: the seed fixes them
+    lora = LoraConfig(r=config.rank, lora_alpha=config.alpha, lora_dropout=0.0, target_modules=modules,
+                      layers_to_transform=wanted, bias="none")
+    return get_peft_model(model, lora)
+
+
+def example_order(n: int, seed: int, epoch: int) -> list[int]:
+    order = list(range(n))
+    random.Random(seed * 1_000_003 + epoch).shuffle(order)
+    return order
+
+
+def train_lora(model: torch.nn.Module, examples: Sequence[Example], labels: Sequence[Labels], config: TrainConfig,
+               checkpoint: Path, *, data_key: str, progress: bool = True) -> tuple[torch.nn.Module, TrainState]:
+    """Train LoRA adapters on `model` (returned wrapped by peft) and the final TrainState."""
+    from tqdm import tqdm
+
+    if not examples:
+        raise CodespecError("no training examples (is the repository empty, or all of it held out?)")
+    peft_model = add_lora(model, config)
+    peft_model.train()
+    params = [p for p in peft_model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=0.0)
+    state = TrainState()
+    key = {"data": data_key, "config": _resume_key(config)}
+    if checkpoint.exists():
+        state = _load_checkpoint(checkpoint, key, peft_model, optimizer) or state
+    total_steps = math.ceil(config.epochs * len(examples) / config.batch_examples)
+    if config.max_steps is not None:
+        total_steps = min(total_steps, config.max_steps)
+    budget_s = config.max_minutes * 60 if config.max_minutes is not None else math.inf
+    bar = tqdm(total=total_steps, initial=state.step, desc="train", unit="step", disable=not progress,
+               dynamic_ncols=True)
+    started = time.monotonic() - state.seconds
+    state.stopped_by = "steps"
+    while state.step < total_steps:
+        if time.monotonic() - started >= budget_s:
+            state.stopped_by = "time"
+            break
+        loss = _train_step(peft_model, optimizer, examples, labels, config, state)
+        state.losses.append(loss)
+        state.seconds = time.monotonic() - started
+        bar.update()
+        bar.set_postfix(loss=f"{loss:.4f}")
+        if state.step % config.checkpoint_every == 0:
+            _save_checkpoint(checkpoint, key, peft_model, optimizer, state)
+    state.seconds = time.monotonic() - started
+    bar.close()
+    _save_checkpoint(checkpoint, key, peft_model, optimizer, state)
+    peft_model.eval()
+    return peft_model, state
+
+
+def _train_step(model, optimizer, examples, labels, config: TrainConfig, state: TrainState) -> float:
+    batch = []
+    for _ in range(config.batch_examples):
+        epoch, index = divmod(state.examples_seen, len(examples))
+        batch.append(example_order(len(examples), config.seed, epoch)[index])
+        state.examples_seen += 1
+    positions = sum(examples[i].positions for i in batch)
+    lr_scale = min(1.0, (state.step + 1) / max(1, config.warmup_steps))
+    for group in optimizer.param_groups:
+        group["lr"] = config.lr * lr_scale
+    optimizer.zero_grad(set_to_none=True)
+    total = 0.0
+    for i in batch:
+        # Sum over positions / positions of the whole batch: every position weighs the same.
+        loss = distill_loss(draft_logits(model, examples[i]), labels[i], config.ce_weight).sum() / positions
+        loss.backward()
+        total += float(loss.detach())
+    optimizer.step()
+    state.step += 1
+    return total
+
+
+def _resume_key(config: TrainConfig) -> dict:
+    # The limits may change between a run and its resumption; everything that shapes the training may not.
+    data = asdict(config)
+    for name in ("max_steps", "max_minutes", "checkpoint_every", "epochs"):
+        data.pop(name)
+    return data
+
+
+def _save_checkpoint(path: Path, key: dict, model, optimizer, state: TrainState) -> None:
+    from peft import get_peft_model_state_dict
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save({"key": key, "lora": get_peft_model_state_dict(model), "optimizer": optimizer.state_dict(),
+                "state": asdict(state)}, tmp)
+    tmp.replace(path)
+
+
+def _load_checkpoint(path: Path, key: dict, model, optimizer) -> TrainState | None:
+    from peft import set_peft_model_state_dict
+
+    saved = torch.load(path, weights_only=False)
+    if saved.get("key") != key:
+        return None  # another data set or configuration: start over (the file is overwritten)
+    set_peft_model_state_dict(model, saved["lora"])
+    optimizer.load_state_dict(saved["optimizer"])
+    return TrainState(**saved["state"])
+
+
+def save_merged(peft_model, tokenizer, out: Path) -> torch.nn.Module:
+    """The adapter (small, for the record) and the merged draft as a plain HF directory, so that
+    `--draft-model DIR` and the server load it like any model."""
+    out.mkdir(parents=True, exist_ok=True)
+    peft_model.save_pretrained(str(out / "adapter"))
+    merged = peft_model.merge_and_unload()
+    merged.save_pretrained(str(out), safe_serialization=True)
+    tokenizer.save_pretrained(str(out))
+    return merged

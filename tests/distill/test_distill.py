@@ -1,0 +1,162 @@
+"""`codespec distill` with tiny random models: data, loss, training, resume, saving, loading, evaluation."""
+
+import json
+import textwrap
+
+import pytest
+import torch
+
+from codespec.cli import main
+from codespec.distill import data
+from codespec.distill.teacher import label_example
+from codespec.distill.train import distill_loss, draft_logits
+from codespec.errors import CodespecError
+from codespec.models import load_model, stop_token_ids
+from codespec.tiny import tiny_model, tiny_tokenizer
+from tests.engine.conftest import reference_greedy
+
+torch.set_num_threads(1)
+
+MODULE = '''
+class Stack:
+    """A list with push and pop."""
+
+    def __init__(self):
+        self.items = []
+
+    def push(self, item):
+        self.items.append(item)
+        return item
+
+    def pop(self):
+        if not self.items:
+            raise IndexError("pop from empty stack")
+        return self.items.pop()
+'''
+
+
+@pytest.fixture
+def repo(tmp_path):
+    root = tmp_path / "repo"
+    (root / "pkg").mkdir(parents=True)
+    (root / ".git").mkdir()
+    (root / ".git" / "config.py").write_text("ignored = True\n")
+    for i in range(5):
+        (root / "pkg" / f"mod{i}.py").write_text(textwrap.dedent(MODULE).replace("Stack", f"Stack{i}"))
+    (root / "README.txt").write_text("not code\n")
+    return root
+
+
+def distill(repo, out, *extra: str) -> int:
+    return main(["distill", "--repo", str(repo), "--out", str(out), "--target", "tiny:0", "--draft", "tiny:1",
+                 "--seq-len", "96", "--max-train-tokens", "700", "--max-eval-tokens", "300", "--batch", "2",
+                 "--lr", "3e-3", "--epochs", "50", "--quiet", *extra])
+
+
+def test_files_split_by_file_deterministically(repo):
+    files = data.collect_files(repo)
+    assert [f.relpath for f in files] == [f"pkg/mod{i}.py" for i in range(5)]  # .git and .txt skipped
+    train, held = data.split_files(files, 0.2, seed=0)
+    assert len(held) == 1 and not {f.relpath for f in train} & {f.relpath for f in held}
+    assert data.split_files(files, 0.2, seed=0) == (train, held)
+    assert len({data.split_files(files, 0.2, seed=s)[1][0].relpath for s in range(12)}) > 1  # the seed matters
+    with pytest.raises(CodespecError):
+        data.split_files(files, 1.0, seed=0)
+
+
+def test_examples_are_fim_and_left_to_right_and_seeded(repo):
+    tokenizer = tiny_tokenizer()
+    files = data.collect_files(repo)
+    config = data.ExampleConfig(seq_len=96)
+    examples = data.build_examples(files, tokenizer, config, seed=3)
+    assert {e.kind for e in examples} == {"fim", "l2r"}
+    assert data.fingerprint(examples) == data.fingerprint(data.build_examples(files, tokenizer, config, seed=3))
+    assert data.fingerprint(examples) != data.fingerprint(data.build_examples(files, tokenizer, config, seed=4))
+    pre, suf, mid = data.fim_marker_ids(tokenizer)
+    for example in examples:
+        assert len(example.ids) <= config.seq_len
+        if example.kind == "fim":
+            assert example.ids[0] == pre and suf in example.ids
+            assert example.ids[example.train_from - 1] == mid  # trained from the first middle token on
+            middle = tokenizer.decode(example.ids[example.train_from:])
+            source = next(f.text for f in files if f.relpath == example.source)
+            assert middle in source
+            assert source[: source.index(middle)].rsplit("\n", 1)[-1].strip() == ""  # starts its line
+        else:
+            assert example.train_from == 1
+    limited = data.build_examples(files, tokenizer, config, seed=3, max_positions=300)
+    assert sum(len(e.ids) for e in limited) <= 300
+
+
+def test_loss_is_zero_for_the_target_itself_and_positive_for_another_model(repo):
+    tokenizer = tiny_tokenizer()
+    example = data.build_examples(data.collect_files(repo), tokenizer, data.ExampleConfig(seq_len=64), seed=0)[0]
+    target, other = tiny_model(0), tiny_model(1)
+    labels = label_example(target, example, top_k=len(tokenizer))  # the full distribution: the KL is exact
+    assert labels.ids.shape[0] == example.positions
+    with torch.no_grad():
+        same = distill_loss(draft_logits(target, example), labels, ce_weight=0.0)
+        different = distill_loss(draft_logits(other, example), labels, ce_weight=0.0)
+    assert float(same.abs().max()) < 1e-3
+    assert float(different.mean()) > 0.01
+
+
+def test_distill_trains_saves_a_loadable_draft_and_stays_lossless(repo, tmp_path):
+    out = tmp_path / "draft"
+    assert distill(repo, out, "--max-steps", "12", "--eval", "--eval-prompts", "2", "--eval-max-tokens", "12") == 0
+    report = json.loads((out / "distill.json").read_text())
+    losses = report["train"]["losses"]
+    assert len(losses) == 12 and sum(losses[-3:]) / 3 < sum(losses[:3]) / 3
+    assert report["heldout_files"] and not set(report["heldout_files"]) & set(report["train_files"])
+    assert report["agreement"]["after"]["kl"] < report["agreement"]["before"]["kl"]
+
+    loaded = load_model(str(out))  # a plain HF directory: what --draft-model DIR and the server load
+    base = tiny_model(1)
+    changed = any(not torch.equal(p, base.state_dict()[n]) for n, p in loaded.model.state_dict().items())
+    assert changed and not any("lora" in n for n in loaded.model.state_dict())
+
+    evaluation = json.loads((out / "distill-eval.json").read_text())
+    summary = evaluation["speculative"]["summary"]
+    assert summary["base"]["divergences"] == 0 and summary["distilled"]["divergences"] == 0
+    assert summary["distilled"]["target_forwards"] > 0
+
+    from codespec.engine import Engine
+
+    target = load_model("tiny:0")
+    engine = Engine(target, loaded, drafting="model")
+    prompt = tiny_tokenizer().encode("def push(self, item):\n")
+    expected = reference_greedy(target.model, prompt, 24, set(stop_token_ids(target.tokenizer)))
+    result = engine.generate(prompt, max_new_tokens=24)
+    assert result.token_ids == expected and result.stats.drafted > 0
+
+
+def test_resumed_training_equals_one_uninterrupted_run(repo, tmp_path):
+    assert distill(repo, tmp_path / "whole", "--max-steps", "6", "--checkpoint-every", "2") == 0
+    assert distill(repo, tmp_path / "parts", "--max-steps", "3", "--checkpoint-every", "2") == 0
+    assert distill(repo, tmp_path / "parts", "--max-steps", "6", "--checkpoint-every", "2") == 0
+    whole = json.loads((tmp_path / "whole" / "distill.json").read_text())["train"]["losses"]
+    parts = json.loads((tmp_path / "parts" / "distill.json").read_text())["train"]["losses"]
+    assert len(whole) == 6 and parts == pytest.approx(whole, rel=1e-4)
+    a = load_model(str(tmp_path / "whole")).model.state_dict()
+    b = load_model(str(tmp_path / "parts")).model.state_dict()
+    assert all(torch.allclose(a[n], b[n], atol=1e-6) for n in a)
+
+
+def test_bench_distill_reports_before_and_after(repo, tmp_path, capsys):
+    out = tmp_path / "draft"
+    assert distill(repo, out, "--max-steps", "2") == 0
+    capsys.readouterr()
+    assert main(["bench", "distill", "--draft-model", str(out), "--target", "tiny:0", "--eval-prompts", "2",
+                 "--eval-max-tokens", "8", "--quiet"]) == 0
+    table = capsys.readouterr().out
+    assert "| base |" in table and "| distilled |" in table
+    evaluation = json.loads((out / "distill-eval.json").read_text())
+    assert evaluation["agreement"]["base"]["positions"] > 0  # from the labels the run saved
+
+
+def test_user_errors_are_one_line(repo, tmp_path, capsys):
+    assert distill(tmp_path / "missing", tmp_path / "o") == 2
+    assert distill(repo, tmp_path / "o", "--holdout", "0", "--eval") == 2
+    errors = capsys.readouterr().err.strip().splitlines()
+    assert errors == [f"codespec: error: --repo {tmp_path / 'missing'}: not a directory",
+                      "codespec: error: --eval needs held-out files (--holdout > 0)"]
