@@ -381,14 +381,20 @@ class Replayer:
         futures = [self.pending[i] for i in ids if i in self.pending]
         if not futures:
             return
-        waiter = asyncio.gather(*futures)
-        done, _ = await asyncio.wait(
-            {waiter, self.conn.closed}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-        )
-        if waiter not in done:
-            waiter.cancel()
+        # asyncio.wait, not gather: a timeout must leave the answers' futures alive (late answers
+        # still count), and the server exiting ends the wait at once.
+        deadline = time.perf_counter() + timeout
+        remaining = set(futures)
+        while remaining:
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                return
+            done, _ = await asyncio.wait(
+                remaining | {self.conn.closed}, timeout=left, return_when=asyncio.FIRST_COMPLETED
+            )
             if self.conn.closed in done:
                 raise ServerExited(self.conn.exit_message())
+            remaining -= done
 
     async def play(self, session: Session) -> None:
         docs = DocumentSet()
