@@ -24,7 +24,7 @@ import torch
 from codespec.errors import CodespecError
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    # name -> (module, help); each module exposes `register_bench(subparsers, name, help)`
+    # name -> (module, help); each module exposes `register_bench(parser)` (adds its arguments, sets `func`)
     "context": ("codespec.context.bench", "per-keystroke context building time on a large file"),
     "humaneval": ("codespec.context.humaneval", "HumanEval infilling with the bundled models"),
     "replay": ("codespec.sessions.bench", "keystroke latency on replayed sessions, cold vs warm"),
@@ -88,7 +88,7 @@ def edit_prompts(tokenizer, n: int, seed: int = 0, max_prompt_tokens: int = 6000
         copy_header = "".join(lines[start:header_end]).replace(f"def {node.name}(", f"def {node.name}_v2(", 1)
         before = "".join(lines[:end]) + "\n" + copy_header
         after = "\n" + "".join(lines[end:])
-        ids = fim_ids(tokenizer, before[-3000:], after[:1000])
+        ids = fim_ids(tokenizer, before[-2000:], after[:600])
         if len(ids) > max_prompt_tokens or len(function) < 120:
             continue
         prompts.append(Prompt(f"{path.name}:{node.name}", "edit", ids))
