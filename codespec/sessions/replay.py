@@ -208,6 +208,7 @@ class LspConnection:
 @dataclass
 class RequestRecord:
     session: str
+    label: str  # the play's label (a benchmark variant), "" by default
     uri: str
     id: int
     t: float  # the session's time for it, seconds
@@ -292,15 +293,26 @@ class DocumentCheck:
 
 
 @dataclass
+class Play:
+    """One session to replay, with server settings sent first (workspace/didChangeConfiguration) and a
+    label that tags its records (benchmarks replay the same session under several settings)."""
+
+    session: Session
+    settings: Any = None
+    label: str = ""
+
+
+@dataclass
 class ReplayResult:
     server: list[str]
     speed: float | None  # None: max
     records: list[RequestRecord] = field(default_factory=list)
     documents: list[DocumentCheck] = field(default_factory=list)
-    keystrokes: int = 0
+    keystrokes: dict[str, int] = field(default_factory=dict)  # by play label
     other_requests: dict[str, int] = field(default_factory=dict)
     other_errors: int = 0
     server_stats: Any = None
+    session_stats: list[Any] = field(default_factory=list)  # codespec/stats after each play
     sessions: list[str] = field(default_factory=list)
     wall_s: float = 0.0
     notifications: dict[str, int] = field(default_factory=dict)
@@ -316,6 +328,7 @@ class Replayer:
         self.other: dict[int, str] = {}
         self.pending: dict[int, asyncio.Future[None]] = {}
         self.doc_text_supported: bool | None = None
+        self.label = ""
         self.epoch = time.perf_counter()
         conn.on_response = self._on_response
 
@@ -396,7 +409,10 @@ class Replayer:
                 raise ServerExited(self.conn.exit_message())
             remaining -= done
 
-    async def play(self, session: Session) -> None:
+    async def play(self, play: Play) -> None:
+        session, self.label = play.session, play.label
+        if play.settings is not None:
+            self.conn.notify("workspace/didChangeConfiguration", {"settings": play.settings})
         docs = DocumentSet()
         latest: dict[str, RequestRecord] = {}
         t0, start = (session.events[0].t if session.events else 0.0), time.perf_counter()
@@ -412,7 +428,8 @@ class Replayer:
                 self._send_inline(session, event, docs, latest)
             elif is_notification(event.method):
                 self.conn.notify(event.method, event.params)
-                self.result.keystrokes += event.method == "textDocument/didChange"
+                if event.method == "textDocument/didChange":
+                    self.result.keystrokes[self.label] = self.result.keystrokes.get(self.label, 0) + 1
             else:
                 msg_id, _ = self.conn.request(event.method, event.params)
                 self.other[msg_id] = event.method
@@ -421,7 +438,9 @@ class Replayer:
             await self.conn.drain()
         for uri in list(docs.open):  # a recorded session may end without didClose
             await self._finish_document(session, uri, docs)
-        self.result.server_stats = await self._optional("codespec/stats", {}) or self.result.server_stats
+        stats = await self._optional("codespec/stats", {})
+        self.result.session_stats.append(stats)
+        self.result.server_stats = stats if stats is not None else self.result.server_stats
 
     def _send_inline(
         self, session: Session, event, docs: DocumentSet, latest: dict[str, RequestRecord]
@@ -436,7 +455,7 @@ class Replayer:
         pos = event.params["position"]
         buf = docs.open[uri]
         start = buf.line_starts[pos["line"]]
-        record = RequestRecord(session.name, uri, self.conn.new_id(), event.t, pos["line"], pos["character"],
+        record = RequestRecord(session.name, self.label, uri, self.conn.new_id(), event.t, pos["line"], pos["character"],
                                expect=event.expect, line_text=buf.text[start : buf._line_end(pos["line"])])  # fmt: skip
         self.by_id[record.id] = record
         self.pending[record.id] = asyncio.get_running_loop().create_future()
@@ -500,7 +519,7 @@ def initialize_params(init_options: Any = None) -> dict[str, Any]:
 
 
 async def replay_sessions(
-    sessions: Sequence[Session],
+    sessions: Sequence[Session | Play],
     server: Sequence[str] | None = None,
     *,
     speed: float | None = 1.0,
@@ -513,7 +532,8 @@ async def replay_sessions(
 ) -> ReplayResult:
     """Replay `sessions` one after another through one server process (`speed` None = max)."""
     command = list(server or default_server_command())
-    result = ReplayResult(server=command, speed=speed, sessions=[s.name for s in sessions])
+    plays = [s if isinstance(s, Play) else Play(s) for s in sessions]
+    result = ReplayResult(server=command, speed=speed, sessions=[p.session.name for p in plays])
     conn = await LspConnection.start(command, env)
     try:
         try:
@@ -526,8 +546,8 @@ async def replay_sessions(
         replayer = Replayer(conn, result, speed=speed, probe_cancel=probe_cancel,
                             drain_timeout_s=drain_timeout_s, on_record=on_record)  # fmt: skip
         started = time.perf_counter()
-        for session in sessions:
-            await replayer.play(session)
+        for play in plays:
+            await replayer.play(play)
         result.wall_s = time.perf_counter() - started
         result.notifications = dict(conn.notifications)
     finally:
@@ -535,7 +555,9 @@ async def replay_sessions(
     return result
 
 
-def replay(sessions: Sequence[Session], server: Sequence[str] | None = None, **kwargs: Any) -> ReplayResult:
+def replay(
+    sessions: Sequence[Session | Play], server: Sequence[str] | None = None, **kwargs: Any
+) -> ReplayResult:
     return asyncio.run(replay_sessions(sessions, server, **kwargs))
 
 
@@ -553,14 +575,16 @@ def _percentile(values: list[float], q: float) -> float | None:
     return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
 
 
-def summarize(result: ReplayResult) -> dict[str, Any]:
-    """The report: counts per outcome, latency percentiles of answered requests, acceptance."""
-    records = result.records
+def summarize(result: ReplayResult, label: str | None = None) -> dict[str, Any]:
+    """The report: counts per outcome, latency percentiles of answered requests, acceptance
+    (of the plays with `label` only, when given)."""
+    records = [r for r in result.records if label is None or r.label == label]
     counts = {o: sum(r.outcome == o for r in records) for o in OUTCOMES}
     answered = [r.latency_ms for r in records if r.outcome in ("items", "null") and r.latency_ms is not None]
     shown = [r for r in records if r.shown and r.expect is not None]
     accepted = [r for r in shown if r.accepted]
     saved = sum(r.chars_saved for r in records)
+    keys = sum(n for name, n in result.keystrokes.items() if label is None or name == label)
     checked = [d for d in result.documents if d.ok is not None]
     return {
         "server": shlex.join(result.server),
@@ -586,9 +610,9 @@ def summarize(result: ReplayResult) -> dict[str, Any]:
         "shown": len(shown),
         "accepted": len(accepted),
         "accepted_rate": len(accepted) / len(shown) if shown else None,
-        "keystrokes": result.keystrokes,
+        "keystrokes": keys,
         "chars_saved": saved,
-        "chars_saved_per_keystroke": saved / result.keystrokes if result.keystrokes else None,
+        "chars_saved_per_keystroke": saved / keys if keys else None,
         "documents_checked": len(checked),
         "documents_mismatched": sum(d.ok is False for d in checked),
         "other_requests": result.other_requests,

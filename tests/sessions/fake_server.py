@@ -26,6 +26,11 @@ def build_server(args: argparse.Namespace) -> LanguageServer:
         counts["answered"] += 1
         return types.InlineCompletionList(items=[types.InlineCompletionItem(insert_text=args.suggestion)])
 
+    @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
+    def configure(ls: LanguageServer, params: types.DidChangeConfigurationParams) -> None:
+        settings = params.settings if isinstance(params.settings, dict) else {}
+        args.suggestion = settings.get("suggestion", args.suggestion)
+
     if args.ignore_cancel:  # a thread handler: pygls cannot cancel it once it runs
 
         @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION)

@@ -11,7 +11,7 @@ import pytest
 
 from codespec.cli import main
 from codespec.errors import CodespecError
-from codespec.sessions.replay import judge, replay_sessions, shown_suggestion, summarize
+from codespec.sessions.replay import Play, judge, replay_sessions, shown_suggestion, summarize
 from tests.sessions.conftest import fake_server
 
 
@@ -92,6 +92,18 @@ async def test_a_server_that_exits_is_an_error():
     session = read_session(sorted(DATA.glob("*.jsonl"))[0])
     with pytest.raises(CodespecError, match="exited|initialize"):
         await replay_sessions([session], [sys.executable, "-c", "import sys; sys.exit(3)"], init_timeout_s=10)
+
+
+async def test_plays_send_their_settings_and_are_summarized_by_label(small_sessions):
+    session = small_sessions[0]
+    plays = [Play(session, {"suggestion": "AAA"}, "a"), Play(session, {"suggestion": "BB"}, "b")]
+    result = await replay_sessions(plays, fake_server("--delay", "0.005"), speed=None)
+    a, b = summarize(result, "a"), summarize(result, "b")
+    assert a["requests"] == b["requests"] == len(session.inline_requests())
+    assert a["keystrokes"] == b["keystrokes"] == session.keystrokes()
+    assert {r.shown for r in result.records if r.label == "a"} == {"AAA"}
+    assert {r.shown for r in result.records if r.label == "b"} == {"BB"}
+    assert len(result.session_stats) == 2 and result.session_stats[1]["requests"] == 2 * a["requests"]
 
 
 def test_shown_suggestion_honours_the_item_range():
