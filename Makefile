@@ -42,8 +42,12 @@ test: models
 test-fast: venv
 	$(PY) -m pytest -q -ra -m "not slow" tests
 
+# Side-by-side benchmarks; results land in docs/ (benchmarks.md, JSON, PNG). CPU: about an hour.
 bench: fetch
-	$(VENV)/bin/codespec bench generate --out docs
+	$(VENV)/bin/codespec bench generate --target bundled:qwen2.5-coder-0.5b --n 5 --max-tokens 64 \
+		--modes plain,hf-greedy,hf-lookup,lookup --out docs
+	$(VENV)/bin/codespec bench generate --target bundled:qwen2.5-coder-1.5b --draft-model bundled:qwen2.5-coder-0.5b \
+		--n 3 --max-tokens 48 --modes plain,hf-lookup,hf-assisted,lookup,model,both --out docs
 
 # The editor clients: the VS Code extension's build and tests, then the headless-Neovim plugin tests
 # (tests/editors; `make test` runs these too, through tests/editors/test_vscode.py for the npm part).
