@@ -285,6 +285,7 @@ def judge(shown: str, expect: dict[str, str]) -> tuple[bool, int]:
 @dataclass
 class DocumentCheck:
     session: str
+    label: str
     uri: str
     ok: bool | None  # None: the server offers no codespec/documentText
     client_version: int | None = None
@@ -469,7 +470,7 @@ class Replayer:
         ids = [i for i, r in self.by_id.items() if r.uri == uri and i in self.pending]
         await self._wait_pending(ids, self.drain_timeout_s)
         buf = docs.open[uri]
-        check = DocumentCheck(session.name, uri, None, client_version=buf.version)
+        check = DocumentCheck(session.name, self.label, uri, None, client_version=buf.version)
         answer = await self._optional("codespec/documentText", {"uri": uri})
         if isinstance(answer, dict) and isinstance(answer.get("text"), str):
             check.server_version = answer.get("version")
@@ -501,6 +502,22 @@ def _first_difference(ours: str, theirs: str) -> str:
     return f"first difference at offset {i}: ours {ours[i : i + 30]!r}, server {theirs[i : i + 30]!r}"
 
 
+WARMUP_URI = "file:///codespec-replay/warmup.py"
+
+
+async def warm_up(conn: LspConnection, timeout: float) -> None:
+    text = "def add(a, b):\n    "
+    doc = {"uri": WARMUP_URI, "languageId": "python", "version": 1, "text": text}
+    conn.notify("textDocument/didOpen", {"textDocument": doc})
+    params = {"textDocument": {"uri": WARMUP_URI}, "position": {"line": 1, "character": 4},
+              "context": {"triggerKind": 1}}  # fmt: skip
+    try:
+        await conn.call(INLINE_COMPLETION, params, timeout=timeout)
+    except TimeoutError:
+        raise CodespecError(f"the server did not answer a first completion within {timeout} s") from None
+    conn.notify("textDocument/didClose", {"textDocument": {"uri": WARMUP_URI}})
+
+
 def initialize_params(init_options: Any = None) -> dict[str, Any]:
     return {
         "processId": os.getpid(),
@@ -529,8 +546,11 @@ async def replay_sessions(
     init_options: Any = None,
     env: dict[str, str] | None = None,
     on_record: Callable[[RequestRecord], None] | None = None,
+    warmup: bool = True,
 ) -> ReplayResult:
-    """Replay `sessions` one after another through one server process (`speed` None = max)."""
+    """Replay `sessions` one after another through one server process (`speed` None = max). With
+    `warmup`, one inline request on a scratch document is answered first (models loaded, as when a
+    user starts typing a while after the editor started the server); it is not part of the report."""
     command = list(server or default_server_command())
     plays = [s if isinstance(s, Play) else Play(s) for s in sessions]
     result = ReplayResult(server=command, speed=speed, sessions=[p.session.name for p in plays])
@@ -543,6 +563,8 @@ async def replay_sessions(
         if "error" in init:
             raise CodespecError(f"the server refused initialize: {init['error'].get('message')}")
         conn.notify("initialized", {})
+        if warmup:
+            await warm_up(conn, init_timeout_s)
         replayer = Replayer(conn, result, speed=speed, probe_cancel=probe_cancel,
                             drain_timeout_s=drain_timeout_s, on_record=on_record)  # fmt: skip
         started = time.perf_counter()
@@ -585,7 +607,7 @@ def summarize(result: ReplayResult, label: str | None = None) -> dict[str, Any]:
     accepted = [r for r in shown if r.accepted]
     saved = sum(r.chars_saved for r in records)
     keys = sum(n for name, n in result.keystrokes.items() if label is None or name == label)
-    checked = [d for d in result.documents if d.ok is not None]
+    checked = [d for d in result.documents if d.ok is not None and (label is None or d.label == label)]
     return {
         "server": shlex.join(result.server),
         "speed": "max" if result.speed is None else result.speed,

@@ -1,0 +1,97 @@
+"""`codespec demo`: the main job end to end. Replays one recorded-format edit session (a CPython
+standard-library function typed back into its file) through the real `codespec serve --stdio` at
+typing speed, prints each suggestion as the editor would show it, then the latency table."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+DEFAULT_SESSION = (
+    Path(__file__).resolve().parents[1] / "tests" / "sessions" / "data" / "stdlib-colorsys-hls_to_rgb.jsonl"
+)
+
+
+def register(subparsers: Any, name: str, help_text: str) -> None:
+    parser = subparsers.add_parser(name, help=help_text, description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--session", type=Path, help="a codespec-session file (default: a bundled corpus session)"
+    )
+    parser.add_argument("--speed", default="1", help="time factor or max (default 1: real typing speed)")
+    parser.add_argument("--model", help="target model spec (default: the server's default model)")
+    parser.add_argument("--draft-model", help="draft model spec")
+    parser.add_argument("--draft", choices=["none", "lookup", "model", "both"], help="drafting mode")
+    parser.add_argument("--server", help="a whole server command line instead (any LSP server)")
+    parser.add_argument("--plot", type=Path, help="also write the latency plot (PNG)")
+    parser.set_defaults(func=run)
+
+
+def load_demo_session(path: Path | None):
+    from codespec.sessions.format import read_session
+
+    if path is not None or DEFAULT_SESSION.exists():
+        return read_session(path or DEFAULT_SESSION)
+    import platform
+
+    from codespec.sessions.synth import stdlib_function_edit, synth_function_edit
+
+    # Installed without the test corpus: synthesize the same kind of session from this machine's stdlib.
+    edit = stdlib_function_edit("colorsys.py", "hls_to_rgb")
+    return synth_function_edit(edit, python=platform.python_version(), seed=6)
+
+
+def server_command(args: argparse.Namespace) -> list[str]:
+    if args.server:
+        return shlex.split(args.server)
+    command = [sys.executable, "-m", "codespec.cli", "serve", "--stdio"]
+    for flag, value in (
+        ("--model", args.model),
+        ("--draft-model", args.draft_model),
+        ("--draft", args.draft),
+    ):
+        if value:
+            command += [flag, value]
+    return command
+
+
+def describe(record) -> str | None:
+    """One line for a suggestion the editor would show: the line up to the cursor, the ghost text in
+    brackets, the latency and whether the user's next typing matches it."""
+    if record.outcome != "items" or not record.shown:
+        return None
+    from codespec.sessions.format import TextBuffer
+
+    before = record.line_text[: TextBuffer(record.line_text).offset_at(0, record.character)]
+    first, _, more = record.shown.partition("\n")
+    ghost = first + (f" ⏎ +{more.count(chr(10)) + 1} lines" if more else "")
+    verdict = "" if record.accepted is None else ("  accepted" if record.accepted else "  not typed")
+    saved = f", saves {record.chars_saved} chars" if record.chars_saved else ""
+    return f"{record.t:6.1f} s  {record.latency_ms:6.0f} ms  {before.strip()[-40:]}[{ghost[:60]}]{verdict}{saved}"
+
+
+def run(args: argparse.Namespace) -> int:
+    from codespec.sessions.replay import format_table, parse_speed, plot_result, replay, summarize
+
+    session = load_demo_session(args.session)
+    command = server_command(args)
+    speed = parse_speed(args.speed)
+    print(f"codespec demo: {session.header['source']}: {session.keystrokes()} keystrokes over "
+          f"{session.duration:.0f} s, replayed at speed {args.speed} through: {shlex.join(command)}")  # fmt: skip
+    print("(models load first; each line below is a suggestion the editor would show)\n", flush=True)
+
+    def show(record) -> None:
+        line = describe(record)
+        if line:
+            print(line, flush=True)
+
+    result = replay([session], command, speed=speed, on_record=show, drain_timeout_s=120.0)
+    summary = summarize(result)
+    print()
+    print(format_table(summary))
+    if args.plot:
+        plot_result(result, str(args.plot), f"codespec demo: {session.name}")
+        print(f"plot: {args.plot}")
+    return 0
