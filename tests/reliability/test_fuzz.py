@@ -1,0 +1,73 @@
+"""Byte-level fuzz of the real server (a short run; `make fuzz` runs >= 10,000 cases)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from codespec.reliability.fuzz import CaseGenerator, FramingModel, classify, run_fuzz
+
+
+@pytest.fixture
+def server(shared):
+    return shared
+
+
+def test_framing_model_follows_the_readers_rules():
+    model = FramingModel()
+    body = b'{"a": 1}'
+    assert model.feed(b"X: y\r\nContent-Length: 8\r\n\r\n" + body) == [body]
+    assert model.clean
+    # A lying length swallows the start of the next frame; the model says so and how to recover.
+    assert model.feed(b"Content-Length: 12\r\n\r\n" + body) == []
+    assert not model.clean and model.recovery() == b"    "
+    assert model.feed(model.recovery()) == [body + b"    "]
+    assert model.feed(b"content-length: 8\r\n\r\n" + body) == []  # lower case does not match
+    assert model.recovery() == b"\r\n"
+    model.feed(b"\r\n")
+    assert model.clean
+
+
+def test_classify_requires_an_int_or_string_id_for_a_must_answer():
+    assert classify(json.dumps({"jsonrpc": "2.0", "id": 3, "method": "x"}).encode()) == ("request", 3)
+    assert classify(json.dumps({"jsonrpc": "2.0", "id": True, "method": "x"}).encode()) == ("maybe", True)
+    assert classify(json.dumps({"jsonrpc": "2.0", "method": "x"}).encode()) == ("none", None)
+    assert classify(b"[" * 100_000) == ("none", None)
+
+
+def test_cases_are_deterministic_per_seed():
+    first = [case.data for case in CaseGenerator(7).cases(50)]
+    assert first == [case.data for case in CaseGenerator(7).cases(50)]
+    assert first != [case.data for case in CaseGenerator(8).cases(50)]
+
+
+def test_a_notification_method_sent_with_an_id_is_answered_once(server):
+    for method, params in [
+        ("textDocument/didClose", {"textDocument": {"uri": "file:///fuzz/nope.py"}}),
+        ("initialized", {}),
+        ("$/cancelRequest", {"id": 12345}),
+    ]:
+        msg_id = server.request(method, params)
+        response = server.wait_response(msg_id)
+        assert response["error"]["code"] == -32600, response
+    assert server.result("codespec/stats", {})["requests"] >= 0
+
+
+def test_fuzz_cases_every_request_answered_exactly_once(server):
+    report = run_fuzz(400, seed=11, batch=50, server=server)
+    summary = json.dumps(report.to_dict(), indent=1)
+    assert report.cases == 400 and report.probes_ok == report.batches == 8, summary
+    assert report.requests > 100, summary
+    assert report.missing == [] and report.duplicated == [] and report.unexpected == [], summary
+    assert report.violations == [] and report.server_alive, summary
+    # the server still answers a valid request afterwards, with its state intact
+    assert server.call("codespec/documentText", {"uri": "file:///never-opened.py"})["result"] is None
+
+
+def test_stdout_stays_strictly_framed_under_garbage(server):
+    server.send_bytes(b"\x00\xff garbage without a line end")
+    server.send_bytes(b"\r\n")
+    server.send({"jsonrpc": "2.0", "id": "after-garbage", "method": "codespec/stats", "params": {}})
+    assert "result" in server.wait_response("after-garbage")
+    assert server.received.violations == []
