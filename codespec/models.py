@@ -529,6 +529,7 @@ def ensure_bundled(
         if not force and check_cache(final, bundle.sha256).state == "converted":  # another process did it
             return ConversionReport(final, converted=False)
         _remove_stale_temps(root)
+        _check_disk_space(root, sum(p.stat().st_size for p in parts), assembled=True)
         with _temp_dir(root, name) as scratch:
             gguf = scratch / f"{name}.gguf"
             assemble_gguf(parts, gguf, bundle.sha256, progress=progress)
@@ -570,6 +571,7 @@ def ensure_gguf_file(path: Path, *, progress: bool = True) -> Path:
         if check_cache(final, sha).state == "converted":
             return final
         _remove_stale_temps(root)
+        _check_disk_space(root, path.stat().st_size, assembled=False)
         with _temp_dir(root, name) as scratch:
             built = scratch / "hf"
             convert_gguf_to_hf(path, built, progress=progress)
@@ -582,6 +584,20 @@ def ensure_gguf_file(path: Path, *, progress: bool = True) -> Path:
             )
             _install_atomically(built, final, scratch)
     return final
+
+
+# fp32 HF output per GGUF byte, measured on the bundled Q4 files (0.5B: 5.1x, 1.5B: 6.4x), with headroom
+OUTPUT_PER_GGUF_BYTE = 8
+
+
+def _check_disk_space(root: Path, gguf_bytes: int, *, assembled: bool) -> None:
+    needed = gguf_bytes * (OUTPUT_PER_GGUF_BYTE + (1 if assembled else 0))
+    free = shutil.disk_usage(root).free
+    if free < needed:
+        raise CodespecError(
+            f"not enough disk space in {root} to convert the model: about {needed / 1e9:.1f} GB needed, "
+            f"{free / 1e9:.1f} GB free (set ${CACHE_ENV} to use another disk)"
+        )
 
 
 def _transformers_version() -> str:

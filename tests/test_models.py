@@ -505,3 +505,13 @@ def test_real_model_greedy_completes_code(real_model):
     while lines and lines[-1].rstrip().endswith(":"):
         lines.pop()
     compile("def fibonacci(n):\n" + "\n".join(lines) + "\n", "<completion>", "exec")
+
+
+def test_too_little_disk_space_is_reported_before_converting(fake, monkeypatch):
+    class Usage:
+        free = 1000
+
+    monkeypatch.setattr(models.shutil, "disk_usage", lambda path: Usage)
+    with pytest.raises(CodespecError, match="not enough disk space"):
+        ensure_bundled(FAKE, progress=False)
+    assert not fake.cache_dir.exists() and _leftovers(fake.cache) == []
