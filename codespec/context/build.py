@@ -70,6 +70,7 @@ class ContextConfig:
     neighbour_min_score: float = 0.05
     neighbour_refresh_lines: int = 16  # neighbours are re-ranked when the cursor enters another block
     max_block_lines: int = 16
+    parse_budget_s: float = 0.003  # a keystroke's re-parse; over it, the edited previous tree is used
     family: str = "auto"  # FIM template: auto | qwen | starcoder | codellama | deepseek
     repo_name: str = ""  # repository format; default: the file's parent directory name
     max_document_chars: int = 5_000_000
@@ -337,11 +338,10 @@ def _is_boundary(doc: Document, line: int, tree) -> bool:
     return node.parent.parent is None or any(kind in parent for kind in _CONTAINERS)
 
 
-def snap_to_boundary(doc: Document, start: int, end: int) -> int:
+def snap_to_boundary(doc: Document, start: int, end: int, tree) -> int:
     """The first line in [start, end) where a statement begins (else `start`)."""
     if start == 0:
         return 0
-    tree = doc.tree
     for line in range(start, end):
         if _is_boundary(doc, line, tree):
             return line
@@ -357,14 +357,13 @@ def _signature_end(doc: Document, info: LanguageInfo, first: int, limit: int) ->
 
 
 def _header_rows(
-    doc: Document, info: LanguageInfo, window_start: int, tokens: TokenCache, budget: int
+    doc: Document, info: LanguageInfo, window_start: int, tokens: TokenCache, budget: int, tree
 ) -> list[int]:
     """Rows above the window worth keeping, within `budget` tokens: the signatures of the scopes the
     window starts inside (found from the window's first line, not the cursor: text above the cursor
     does not change while typing, so neither does the header), then top-level imports in file order."""
     if window_start == 0:
         return []
-    tree = doc.tree
     signature_rows: list[int] = []
     if tree is not None and info.scope_types:
         start_byte = doc.byte_offset(doc.line_start(window_start))
@@ -474,7 +473,8 @@ def build_context(
         return _none(f"position {line}:{character} is past the end of the document", doc, line, character)
     info = language_info(doc.language_id)
     offset = doc.offset_at(line, character)
-    decision = decide_mode(doc, offset, info, tab_size=config.tab_size)
+    tree = doc.tree_within(config.parse_budget_s)
+    decision = decide_mode(doc, offset, info, tab_size=config.tab_size, tree=tree)
     line_text = doc.line_text(line)
     column = offset - doc.line_start(line)
     ctx = _none(decision.reason, doc, line, character)
@@ -501,7 +501,7 @@ def build_context(
 
     def header_of(start: int) -> tuple[str, int]:
         def compute() -> tuple[str, int]:
-            rows = _header_rows(doc, info, start, tokens, header_budget)
+            rows = _header_rows(doc, info, start, tokens, header_budget, tree)
             return "".join(doc.line_text(r) + "\n" for r in rows), sum(
                 tokens.count_line(doc.line_text(r)) for r in rows
             )
@@ -511,7 +511,7 @@ def build_context(
     start, header = choose_window(doc, line, window_budget, step_chars, tokens, header_of)
     snap_end = min(start + config.snap_lines, line)
     start = cache.above(
-        doc, ("snap", start, snap_end), snap_end, lambda: snap_to_boundary(doc, start, snap_end)
+        doc, ("snap", start, snap_end), snap_end, lambda: snap_to_boundary(doc, start, snap_end, tree)
     )
     window = "".join(doc.line_text(row) + "\n" for row in range(start, line))
     ctx.header, ctx.window_start_line = header, start

@@ -10,6 +10,7 @@ tree is re-parsed incrementally (lazily: several edits between two reads cost on
 from __future__ import annotations
 
 import re
+import time
 from bisect import bisect_right
 from collections import deque
 
@@ -96,6 +97,8 @@ class Document:
         self._tree_stale = False  # edits recorded on _tree but not re-parsed yet
         self.parse_count = 0  # full + incremental parses, for tests and benchmarks
         self.edit_count = 0
+        self.deferred_parses = 0  # parses given up for a keystroke's budget (see tree_within)
+        self._skip_attempts = 0
         self._edit_starts: deque[tuple[int, int]] = deque(maxlen=4096)  # (edit_count, start offset)
         self._replace_all(text)
 
@@ -125,6 +128,37 @@ class Document:
             self._tree_stale = False
             self.parse_count += 1
         return self._tree
+
+    def tree_within(self, budget_s: float) -> tree_sitter.Tree | None:
+        """The tree, re-parsed only when that fits in `budget_s`; otherwise the previous tree with the
+        edits applied (node positions shifted, structure as before the edits) and the parse is left for
+        a later read. Incremental parses are usually far under a millisecond, but error recovery (an
+        unclosed string or bracket while typing) can re-parse most of a large file; a keystroke must
+        not wait for that. The first parse is never skipped; `.tree` always parses."""
+        if self._parser is None or len(self._bytes) > self.max_parse_bytes:
+            return None
+        if self._tree is None or not self._tree_stale:
+            return self.tree
+        if self._skip_attempts > 0:  # a recent attempt ran out of time: do not pay for another yet
+            self._skip_attempts -= 1
+            return self._tree
+        source, deadline, cut = self._bytes, time.perf_counter() + budget_s, False
+
+        def read(offset: int, _point) -> bytes:
+            nonlocal cut
+            if time.perf_counter() > deadline:
+                cut = True
+                return b""
+            return source[offset : offset + 2048]
+
+        tree = self._parser.parse(read, self._tree)
+        if cut:
+            self.deferred_parses += 1
+            self._skip_attempts = 3
+            return self._tree
+        self._tree, self._tree_stale = tree, False
+        self.parse_count += 1
+        return tree
 
     def line_start(self, line: int) -> int:
         return self._starts[line]

@@ -95,7 +95,10 @@ def _body_is_empty(doc: Document, opener: int, tab_size: int, after_line: int) -
     return indent_width(doc.line_text(following), tab_size) <= indent_width(doc.line_text(opener), tab_size)
 
 
-def decide_mode(doc: Document, offset: int, info: LanguageInfo, *, tab_size: int = 4) -> ModeDecision:
+def decide_mode(
+    doc: Document, offset: int, info: LanguageInfo, *, tab_size: int = 4, tree: tree_sitter.Tree | None = None
+) -> ModeDecision:
+    """`tree`: the tree to consult (default: the document's, parsed if needed)."""
     line = doc.line_of(offset)
     text = doc.line_text(line)
     column = offset - doc.line_start(line)
@@ -106,7 +109,7 @@ def decide_mode(doc: Document, offset: int, info: LanguageInfo, *, tab_size: int
         return ModeDecision("none", "text right of the cursor")
     if after.strip():
         return ModeDecision("line", "mid-line before closing characters")
-    if in_string_or_comment(doc.tree, doc.byte_offset(offset)):
+    if in_string_or_comment(tree if tree is not None else doc.tree, doc.byte_offset(offset)):
         return ModeDecision("line", "inside a string or comment")
     if before.strip():
         if is_block_opener(before, info) and _body_is_empty(doc, line, tab_size, line):

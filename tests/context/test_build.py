@@ -192,7 +192,8 @@ def typed_session_ratios(doc: Document, line: int) -> list[float]:
             continue
         if previous is not None:
             shared = next(
-                (i for i, (a, b) in enumerate(zip(previous, ids)) if a != b), min(len(previous), len(ids))
+                (i for i, (a, b) in enumerate(zip(previous, ids, strict=False)) if a != b),
+                min(len(previous), len(ids)),
             )
             ratios.append(shared / len(ids))
         previous = ids

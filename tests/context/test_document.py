@@ -142,3 +142,18 @@ def test_random_edits_match_reference_and_full_parse(
     assert str(doc.tree.root_node) == str(fresh.tree.root_node)
     for offset in range(0, len(expected) + 1, 3):
         assert doc.point_at(offset) == fresh.point_at(offset)
+
+
+def test_tree_within_budget_falls_back_to_the_edited_tree() -> None:
+    doc = Document("file:///t.py", "python", "def f():\n    return 1\n" * 50)
+    first = doc.tree
+    doc.apply_change(((0, 0), (0, 0)), "x = '")  # an unclosed string: error recovery re-parses a lot
+    stale = doc.tree_within(0.0)  # no time at all: the parse is given up
+    assert stale is first and doc.deferred_parses == 1
+    assert stale.root_node.children[0].start_byte == len("x = '")  # shifted by Tree.edit
+    assert doc.tree_within(0.0) is first  # the next reads do not even try (they would run out again)
+    fresh = doc.tree
+    assert fresh is not first and str(fresh.root_node) == str(
+        Document("u", "python", doc.text).tree.root_node
+    )
+    assert doc.tree_within(0.0) is fresh  # nothing stale: no parse needed
