@@ -1,0 +1,242 @@
+// The VS Code glue (extension.ts) against small fakes of the `vscode` API and of
+// vscode-languageclient's LanguageClient (there is no VS Code to run it in here): commands, the
+// client's launch options, the status bar, toggling, restarts on server settings, and streaming
+// re-triggers through the inline-completion middleware.
+import assert from "node:assert/strict";
+import { after, beforeEach, test } from "node:test";
+import Module = require("node:module");
+
+const URI = "file:///w/a.py";
+const STATS = {
+  requests: 3,
+  shown: 2,
+  accepted: 1,
+  acceptanceRate: 0.5,
+  latencyMs: { count: 2, p50: 41.6, p90: 50, p99: 50 },
+  engine: { loaded: true, model: "tiny" },
+};
+
+type Listener = (event: { affectsConfiguration(section: string): boolean }) => unknown;
+
+const settingsValues: Record<string, unknown> = {};
+const configListeners: Listener[] = [];
+const commands = new Map<string, (...args: unknown[]) => unknown>();
+const executed: string[] = [];
+const messages: string[] = [];
+const clients: FakeClient[] = [];
+const statusItem = { text: "", tooltip: "" as unknown, command: "", show() {}, dispose() {} };
+
+class Range {
+  constructor(public start: unknown, public end: unknown) {}
+}
+class InlineCompletionItem {
+  constructor(public insertText: string, public range?: Range) {}
+}
+class CancellationTokenSource {
+  token = { isCancellationRequested: false };
+  cancel() {
+    this.token.isCancellationRequested = true;
+  }
+  dispose() {}
+}
+
+const fakeVscode = {
+  StatusBarAlignment: { Left: 1, Right: 2 },
+  ConfigurationTarget: { Global: 1 },
+  Range,
+  InlineCompletionItem,
+  CancellationTokenSource,
+  workspace: {
+    getConfiguration: () => ({
+      get: (key: string) => settingsValues[key],
+      update: async (key: string, value: unknown) => {
+        settingsValues[key] = value;
+        const event = { affectsConfiguration: (s: string) => s === "codespec" || s === `codespec.${key}` };
+        for (const listener of configListeners) await listener(event);
+      },
+    }),
+    onDidChangeConfiguration: (listener: Listener) => {
+      configListeners.push(listener);
+      return { dispose() {} };
+    },
+  },
+  window: {
+    activeTextEditor: { document: { uri: { toString: () => URI } } },
+    createOutputChannel: () => ({ info() {}, appendLine() {}, show() {}, dispose() {} }),
+    createStatusBarItem: () => statusItem,
+    showErrorMessage: async (m: string) => void messages.push(m),
+    showWarningMessage: async (m: string) => void messages.push(m),
+    showInformationMessage: async (m: string) => void messages.push(m),
+  },
+  commands: {
+    registerCommand: (name: string, fn: (...args: unknown[]) => unknown) => {
+      commands.set(name, fn);
+      return { dispose() {} };
+    },
+    executeCommand: async (name: string) => void executed.push(name),
+  },
+};
+
+const State = { Stopped: 1, Running: 2, Starting: 3 };
+
+class FakeClient {
+  state = State.Stopped;
+  notifications = new Map<string, (params: unknown) => void>();
+  stopped = false;
+  constructor(
+    public id: string,
+    public name: string,
+    public serverOptions: { command: string; args: string[] },
+    public clientOptions: {
+      initializationOptions: Record<string, unknown>;
+      middleware: { provideInlineCompletionItems: (...args: unknown[]) => unknown };
+    },
+  ) {
+    clients.push(this);
+  }
+  onNotification(method: string, handler: (params: unknown) => void) {
+    this.notifications.set(method, handler);
+    return { dispose() {} };
+  }
+  async start() {
+    this.state = State.Running;
+  }
+  async stop() {
+    this.stopped = true;
+    this.state = State.Stopped;
+  }
+  async sendRequest(method: string) {
+    assert.equal(method, "codespec/stats");
+    return STATS;
+  }
+}
+
+// Serve the fakes to extension.ts's `require("vscode")` and `require("vscode-languageclient/node")`.
+const moduleWithLoad = Module as unknown as { _load: (request: string, ...rest: unknown[]) => unknown };
+const originalLoad = moduleWithLoad._load;
+moduleWithLoad._load = function (request: string, ...rest: unknown[]) {
+  if (request === "vscode") return fakeVscode;
+  if (request === "vscode-languageclient/node") return { LanguageClient: FakeClient, State };
+  return originalLoad.call(this, request, ...rest);
+};
+const extension = require("../../extension") as typeof import("../../extension");
+
+function latestClient(): FakeClient {
+  return clients[clients.length - 1];
+}
+
+function provide(position = { line: 1, character: 4 }, version = 3, next?: (...args: unknown[]) => unknown) {
+  const document = { uri: { toString: () => URI }, version };
+  const token = new CancellationTokenSource().token;
+  const calls: unknown[][] = [];
+  const nextFn = next ?? ((...args: unknown[]) => (calls.push(args), Promise.resolve([])));
+  const result = latestClient().clientOptions.middleware.provideInlineCompletionItems(
+    document,
+    position,
+    { triggerKind: 1 },
+    token,
+    nextFn,
+  );
+  return { result, calls };
+}
+
+let activated = false;
+const subscriptions: { dispose(): unknown }[] = [];
+beforeEach(async () => {
+  if (!activated) {
+    settingsValues["server.path"] = "/venv/bin/codespec";
+    settingsValues.model = "tiny";
+    await extension.activate({ subscriptions } as never);
+    activated = true;
+  }
+});
+after(() => {
+  for (const subscription of subscriptions) subscription.dispose(); // the stats timer among them
+});
+
+test("activate: commands, launch options and the status bar from codespec/stats", () => {
+  assert.deepEqual([...commands.keys()].sort(), ["codespec.restart", "codespec.showStats", "codespec.toggle"]);
+  const client = latestClient();
+  assert.deepEqual(client.serverOptions.command, "/venv/bin/codespec");
+  assert.deepEqual(client.serverOptions.args, ["serve", "--stdio"]);
+  assert.deepEqual(client.clientOptions.initializationOptions, { streaming: false, model: "tiny" });
+  assert.equal(client.state, State.Running);
+  assert.equal(statusItem.text, "$(sparkle) 42 ms · 50%");
+  assert.match(String(statusItem.tooltip), /acceptance 50% \(1 accepted of 2 shown/);
+  assert.equal(statusItem.command, "codespec.showStats");
+});
+
+test("without streaming the middleware passes VS Code's request through", async () => {
+  const { result, calls } = provide();
+  assert.deepEqual(await result, []);
+  assert.equal(calls.length, 1);
+});
+
+test("toggle turns suggestions off (no request) and on again", async () => {
+  await commands.get("codespec.toggle")!();
+  assert.equal(settingsValues.enabled, false);
+  const off = provide();
+  assert.equal(off.result, null);
+  assert.equal(off.calls.length, 0);
+  assert.equal(statusItem.text, "$(circle-slash) codespec");
+  assert.equal(latestClient().stopped, false, "toggling does not restart the server");
+  await commands.get("codespec.toggle")!();
+  assert.equal(provide().calls.length, 1);
+});
+
+test("a server setting restarts the client with the new options", async () => {
+  const before = latestClient();
+  await fakeVscode.workspace.getConfiguration().update("streaming", true);
+  assert.equal(before.stopped, true);
+  assert.notEqual(latestClient(), before);
+  assert.deepEqual(latestClient().clientOptions.initializationOptions, { streaming: true, model: "tiny" });
+});
+
+test("streaming: partials re-trigger the editor and are answered without a new request", async () => {
+  let resolveFinal!: (value: unknown) => void;
+  const sent: unknown[][] = [];
+  const next = (...args: unknown[]) => {
+    sent.push(args);
+    return new Promise((resolve) => (resolveFinal = resolve));
+  };
+  const position = { line: 1, character: 4 };
+  const first = provide(position, 3, next);
+  assert.equal(sent.length, 1);
+  const partial = latestClient().notifications.get("codespec/partialCompletion")!;
+  executed.length = 0;
+  partial({ uri: URI, version: 3, position, text: "return", done: false });
+  assert.deepEqual(executed, ["editor.action.inlineSuggest.trigger"]);
+  partial({ uri: URI, version: 2, position, text: "stale", done: false });
+  partial({ uri: "file:///other.py", version: 3, position, text: "x", done: false });
+  assert.equal(executed.length, 1, "other versions and documents do not re-trigger");
+
+  const again = provide(position, 3, next);
+  const items = (await again.result) as InlineCompletionItem[];
+  assert.equal(items.length, 1);
+  assert.equal(items[0].insertText, "return");
+  assert.equal(sent.length, 1, "the re-trigger shares the running request");
+  // VS Code's token for the first call may be cancelled; ours (passed to the request) is not.
+  const ownToken = sent[0][3] as { isCancellationRequested: boolean };
+  assert.equal(ownToken.isCancellationRequested, false);
+
+  const final = [new InlineCompletionItem("return radius", new Range(position, position))];
+  resolveFinal(final);
+  assert.equal(await first.result, final);
+  partial({ uri: URI, version: 3, position, text: "return radius", done: true });
+  assert.equal(executed.length, 2);
+  assert.equal(await provide(position, 3, next).result, final);
+
+  // Typing on: another place cancels the running request for the old one.
+  provide({ line: 1, character: 5 }, 4, next);
+  provide({ line: 1, character: 6 }, 5, next);
+  assert.equal(sent.length, 3);
+  assert.equal((sent[1][3] as { isCancellationRequested: boolean }).isCancellationRequested, true);
+});
+
+test("show stats reports the summary; deactivate stops the client", async () => {
+  await commands.get("codespec.showStats")!();
+  assert.ok(messages.some((m) => m.startsWith("latency p50 42 ms")), messages.join("\n"));
+  const client = latestClient();
+  await extension.deactivate();
+  assert.equal(client.stopped, true);
+});
