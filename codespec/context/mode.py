@@ -95,6 +95,24 @@ def _body_is_empty(doc: Document, opener: int, tab_size: int, after_line: int) -
     return indent_width(doc.line_text(following), tab_size) <= indent_width(doc.line_text(opener), tab_size)
 
 
+def _opener_above_docstring(doc: Document, line: int, info: LanguageInfo) -> int:
+    """A body holding only a docstring is still empty: `def f():\n    \"\"\"Doc.\"\"\"\n    |`
+    is a block position. Returns the opener's line when `line` ends such a docstring, else `line`."""
+    text = doc.line_text(line).strip()
+    quote = text[-3:]
+    if quote not in ('"""', "'''"):
+        return line
+    start = line
+    if not (text.count(quote) >= 2 and len(text) > 3):  # not a one-line docstring: find its first line
+        start = next((r for r in range(line - 1, max(line - 200, -1), -1) if quote in doc.line_text(r)), None)
+        if start is None:
+            return line
+    if not doc.line_text(start).strip().lstrip("rRbBuU").startswith(quote):
+        return line
+    above = _neighbour_line(doc, start, -1)
+    return above if above is not None and is_block_opener(doc.line_text(above), info) else line
+
+
 def decide_mode(
     doc: Document, offset: int, info: LanguageInfo, *, tab_size: int = 4, tree: tree_sitter.Tree | None = None
 ) -> ModeDecision:
@@ -116,6 +134,8 @@ def decide_mode(
             return ModeDecision("block", "end of a block opener", line, indent_width(text, tab_size))
         return ModeDecision("line", "end of a line")
     opener = _neighbour_line(doc, line, -1)
+    if opener is not None and info.indent_blocks:
+        opener = _opener_above_docstring(doc, opener, info)
     if opener is not None:
         opener_text = doc.line_text(opener)
         if is_block_opener(opener_text, info) and _body_is_empty(doc, opener, tab_size, line):

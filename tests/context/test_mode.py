@@ -18,6 +18,10 @@ CASES = [
     ("python", "d = {'a': ┃}\n", "line"),
     ("python", 'x = """\nif a:\n    ┃\n"""\n', "line"),  # inside a string: no block
     ("python", "# note:\n┃\n", "line"),  # a comment ending in ':' opens nothing
+    ("python", 'def f(x):\n    """Doc."""\n    ┃\n', "block"),  # a docstring alone is an empty body
+    ("python", 'def f(x):\n    """\n    Long doc.\n    """\n    ┃\n\nprint(1)\n', "block"),
+    ("python", 'def f(x):\n    """Doc."""\n    ┃\n    return 1\n', "line"),
+    ("python", 'x = 1\n"""doc"""\n┃\n', "line"),
     # javascript / typescript / tsx
     ("javascript", "function f(a) {\n  ┃\n}\n", "block"),
     ("javascript", "const g = (a) =>\n  ┃\n", "block"),

