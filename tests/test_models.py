@@ -515,3 +515,14 @@ def test_too_little_disk_space_is_reported_before_converting(fake, monkeypatch):
     with pytest.raises(CodespecError, match="not enough disk space"):
         ensure_bundled(FAKE, progress=False)
     assert not fake.cache_dir.exists() and _leftovers(fake.cache) == []
+
+
+def test_a_broken_gguf_file_is_one_error_and_no_cache(monkeypatch, tmp_path, tiny_gguf_bytes):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv(models.CACHE_ENV, str(cache))
+    path = tmp_path / "broken.gguf"
+    path.write_bytes(tiny_gguf_bytes[: len(tiny_gguf_bytes) // 2])
+    with pytest.raises(CodespecError, match="cannot convert broken.gguf") as info:
+        load_model(str(path), progress=False)
+    assert "\n" not in str(info.value)
+    assert [p.name for p in cache.iterdir() if p.name != models.LOCK_NAME] == []
