@@ -36,7 +36,14 @@ def nvim(shared_nvim: Nvim, tmp_path: Path) -> Nvim:
     shared_nvim.wait(lambda: shared_nvim.mode() == "n", "normal mode")
     shared_nvim.nvim.command("silent! %bwipeout!")
     shared_nvim.open(tmp_path / "geometry.py", SOURCE)
+    configure(shared_nvim, stepDelay=0, streaming=False)
     return shared_nvim
+
+
+def configure(nvim: Nvim, **settings: object) -> None:
+    """Server options applied live (workspace/didChangeConfiguration), e.g. the hidden stepDelay."""
+    nvim.lua("require('codespec').get_client():notify('workspace/didChangeConfiguration', "
+             "{settings = {codespec = ...}})", settings)
 
 
 def as_displayed(text: str, tab: str) -> str:
@@ -90,8 +97,7 @@ def test_real_server_ghost_text_is_what_the_server_answered_and_tab_inserts_it(n
 def test_real_server_typing_on_cancels_and_only_the_latest_answer_shows(nvim: Nvim) -> None:
     # A slow simulated model (the hidden stepDelay option, applied live) keeps each generation
     # running while we type on.
-    nvim.lua("require('codespec').get_client():notify('workspace/didChangeConfiguration', "
-             "{settings = {codespec = {stepDelay = 0.05}}})")
+    configure(nvim, stepDelay=0.05)
     before = nvim.server_stats()
     nvim.nvim.command("normal! G")
     nvim.input("ototal = ")
@@ -112,3 +118,17 @@ def test_real_server_typing_on_cancels_and_only_the_latest_answer_shows(nvim: Nv
     nvim.input("<Esc>")
     nvim.wait(lambda: nvim.mode() == "n", "normal mode")
     assert nvim.ghost_marks() == [] and nvim.lua("return require('codespec.ghost').pending_request()") is None
+
+
+def test_real_server_streaming_shows_partial_text_then_the_answer(nvim: Nvim) -> None:
+    configure(nvim, streaming=True, stepDelay=0.05)
+    partial_before = nvim.counters()["partial"]
+    nvim.nvim.command("normal! G")
+    nvim.input("oarea = ")
+    final = nvim.wait(lambda: (s := nvim.suggestion()) and s.get("item") and s,
+                      "the final answer", timeout_s=MODEL_WAIT_S)
+    # codespec/partialCompletion notifications (uri, version, position in utf-8) were shown first.
+    assert nvim.counters()["partial"] > partial_before
+    assert final["text"] == final["item"]["insertText"]
+    line = nvim.buffer_lines()[-1]
+    assert (final["row"], final["col"]) == nvim.cursor() == (4, len(line))
