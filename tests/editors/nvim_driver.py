@@ -40,7 +40,8 @@ class Nvim:
 
     @classmethod
     def start(cls, tmp_path: Path, server_cmd: list[str], *, streaming: bool = False,
-              init_options: dict[str, Any] | None = None, debounce_ms: int = 20) -> Nvim:
+              init_options: dict[str, Any] | None = None, debounce_ms: int = 20,
+              fake_native: bool = False) -> Nvim:
         import pynvim
 
         env = {
@@ -48,6 +49,7 @@ class Nvim:
             "CODESPEC_TEST_STREAMING": "1" if streaming else "0",
             "CODESPEC_TEST_DEBOUNCE_MS": str(debounce_ms),
             "CODESPEC_TEST_INIT_OPTIONS": json.dumps(init_options or {}),
+            "CODESPEC_TEST_FAKE_NATIVE": "1" if fake_native else "0",
             # Keep nvim's log, shada and state out of the user's home.
             "XDG_STATE_HOME": str(tmp_path / "state"),
             "XDG_CONFIG_HOME": str(tmp_path / "config"),

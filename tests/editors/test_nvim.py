@@ -188,6 +188,28 @@ def test_help_file_has_its_tags(tmp_path: Path) -> None:
     assert {"codespec.txt", "codespec-keys", "codespec-options", ":CodespecStats", ":CodespecToggle"} <= tags
 
 
+def test_native_inline_completion_branch(tmp_path: Path) -> None:
+    """With vim.lsp.inline_completion present (Neovim >= 0.12; faked here on 0.11) the plugin enables
+    it, configures the client without streaming, and maps a Tab that accepts only when shown."""
+    nvim = Nvim.start(tmp_path, standin_cmd(0.05), streaming=True, fake_native=True)
+    try:
+        assert nvim.lua("return require('codespec').uses_native()") is True
+        assert nvim.lua("return _G.fake_native.enabled") is True
+        config = nvim.lua("local c = vim.lsp.config.codespec return {cmd = c.cmd, init = c.init_options}")
+        assert config["cmd"] == standin_cmd(0.05)
+        assert config["init"]["streaming"] is False  # partial text needs the plugin's own ghost text
+        nvim.nvim.command("enew | setlocal noexpandtab softtabstop=0")
+        nvim.input("ia<Tab>")  # nothing shown: a plain Tab
+        nvim.wait(lambda: nvim.buffer_lines() == ["a\t"], "a literal tab")
+        nvim.lua("_G.fake_native.shown = true")
+        nvim.input("<Tab>b")  # shown: Tab accepts (the native code inserts), no tab typed
+        nvim.wait(lambda: nvim.buffer_lines() == ["a\tb"], "b typed after the accept")
+        assert nvim.lua("return _G.fake_native.accepted") == 1
+        assert nvim.ghost_marks() == []  # the plugin's own ghost text is not used
+    finally:
+        nvim.close()
+
+
 def test_stats_command_and_checkhealth(make_nvim) -> None:
     nvim = make_nvim()
     nvim.input("idef add")
