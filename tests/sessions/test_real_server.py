@@ -23,7 +23,7 @@ async def test_fast_typing_through_the_real_server(small_sessions):
     assert summary["cancelled"] > 0 and summary["items"] > 0
     assert (
         isinstance(summary["server_stats"], dict)
-        and summary["server_stats"]["requests"] == summary["requests"]
+        and summary["server_stats"]["requests"] == summary["requests"] + 1  # + the warm-up
     )
 
 

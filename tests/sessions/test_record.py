@@ -8,7 +8,7 @@ import sys
 
 from codespec.sessions.format import final_texts, read_session, validate_session
 from codespec.sessions.record import SessionRecorder
-from codespec.sessions.replay import WARMUP_URI, replay_sessions, summarize
+from codespec.sessions.replay import replay_sessions, summarize
 from tests.sessions.conftest import fake_server
 
 OPEN = {"textDocument": {"uri": "file:///a.go", "languageId": "go", "version": 1, "text": "package a\n"}}
@@ -47,15 +47,15 @@ async def test_record_proxy_between_a_real_client_and_server(tmp_path, small_ses
     recorded = tmp_path / "recorded.jsonl"
     proxy = [sys.executable, "-m", "codespec.cli", "record", "--out", str(recorded), "--source", "proxy-test",
              "--", *fake_server("--delay", "0.005")]  # fmt: skip
-    through = summarize(await replay_sessions([session], proxy, speed=25.0))
+    through = summarize(await replay_sessions([session], proxy, speed=25.0, warmup=False))
     assert through["requests"] == len(session.inline_requests()) and through["documents_mismatched"] == 0
 
     copy = read_session(recorded)
     assert copy.header["source"] == "proxy-test" and copy.header["language"] == session.header["language"]
     assert validate_session(copy, strict=True) == []
-    # every client message, in order, byte-equal params (the replayer's own warm-up document and
-    # extension requests are client messages too, and recorded)
-    kept = [e for e in copy.events if not e.method.startswith("codespec/") and e.uri != WARMUP_URI]
+    # every client message, in order, byte-equal params (the extension requests the replayer sent
+    # are client messages too, and recorded)
+    kept = [e for e in copy.events if not e.method.startswith("codespec/")]
     assert [(e.method, e.params) for e in kept] == [(e.method, e.params) for e in session.events]
     assert all(b.t >= a.t for a, b in zip(copy.events, copy.events[1:], strict=False))
     assert copy.events[-1].t > 0.5 * session.duration / 25.0  # times are the replay's, scaled by 25
