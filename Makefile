@@ -7,7 +7,7 @@ PIP := $(PY) -m pip
 TORCH_SPEC ?= torch==2.13.0
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: venv models fetch demo test test-fast lint bench fuzz soak clean editors-test
+.PHONY: venv models fetch demo test test-fast lint bench fuzz soak clean editors-test sessions-corpus
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -48,6 +48,10 @@ bench: fetch
 		--modes plain,hf-greedy,hf-lookup,lookup --out docs
 	$(VENV)/bin/codespec bench generate --target bundled:qwen2.5-coder-1.5b --draft-model bundled:qwen2.5-coder-0.5b \
 		--n 3 --max-tokens 48 --modes plain,hf-lookup,hf-assisted,lookup,model,both --out docs
+
+# The edit-session corpus in tests/sessions/data (deterministic: same Python stdlib, pinned commits).
+sessions-corpus: venv
+	$(PY) tests/sessions/make_corpus.py
 
 # The editor clients: the VS Code extension's build and tests, then the headless-Neovim plugin tests
 # (tests/editors; `make test` runs these too, through tests/editors/test_vscode.py for the npm part).
