@@ -95,6 +95,9 @@ def run(args: argparse.Namespace) -> int:
         code = 0 if server.protocol._shutdown else 1
     except (KeyboardInterrupt, SystemExit):
         code = 0 if server.protocol._shutdown else 1
+    except Exception:  # e.g. MemoryError for an absurd Content-Length: say so and exit, never wait on threads
+        logging.getLogger("lsp").exception("the server's read loop failed; exiting")
+        code = 1
     finally:
         server.shutdown()
         for stream in (protocol_out, sys.stderr):
