@@ -54,10 +54,12 @@ class Received:
     arrival: dict[str, float] = field(default_factory=dict)  # id -> perf_counter of first response
 
 
-def server_command(*server_args: str, launcher_args: Sequence[str] = (), tiny: bool = True) -> list[str]:
+def server_command(
+    *server_args: str, launcher_args: Sequence[str] = (), tiny: bool = True, stdio: bool = True
+) -> list[str]:
     """`python -m codespec.reliability.launch [LAUNCHER ARGS] -- serve --stdio [tiny] ARGS`; with no
     launcher options the launcher only runs `codespec` (same process as the console script)."""
-    serve = ["serve", "--stdio", *(TINY_ARGS if tiny else ()), *server_args]
+    serve = ["serve", *(["--stdio"] if stdio else []), *(TINY_ARGS if tiny else ()), *server_args]
     return [sys.executable, "-m", "codespec.reliability.launch", *launcher_args, "--", *serve]
 
 
@@ -70,7 +72,8 @@ def server_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 class StdioServer:
-    """One `codespec serve --stdio` child process with its own session (process group)."""
+    """One `codespec serve --stdio` child process with its own session (process group); with
+    `stdio=False` (and `--tcp` among the args) its stdio pipes carry only logs."""
 
     def __init__(
         self,
@@ -78,10 +81,10 @@ class StdioServer:
         launcher_args: Sequence[str] = (),
         env: dict[str, str] | None = None,
         tiny: bool = True,
-        user: str | int | None = None,
+        stdio: bool = True,
     ):
         self._stderr_file = tempfile.NamedTemporaryFile(prefix="codespec-serve-", suffix=".log", delete=False)
-        self.command = server_command(*server_args, launcher_args=launcher_args, tiny=tiny)
+        self.command = server_command(*server_args, launcher_args=launcher_args, tiny=tiny, stdio=stdio)
         self.proc = subprocess.Popen(
             self.command,
             stdin=subprocess.PIPE,
@@ -89,7 +92,6 @@ class StdioServer:
             stderr=self._stderr_file,
             env=server_env(env),
             start_new_session=True,  # its own process group: orphans are easy to find
-            user=user,
         )
         self.pid = self.proc.pid
         self.received = Received()
