@@ -50,6 +50,17 @@ bench: fetch
 		--n 3 --max-tokens 48 --modes plain,hf-lookup,hf-assisted,lookup,model,both --out docs
 
 # The edit-session corpus in tests/sessions/data (deterministic: same Python stdlib, pinned commits).
+# Reliability (docs/reliability.md): bounded runs against the real `codespec serve --stdio` with the
+# tiny model, loopback/stdio only. fuzz: >= 10,000 byte-level cases, then 1,000 edit sequences through
+# the server and 2,000 against the in-process Document. soak: 200 requests/s offered for 30 s over 20 documents.
+fuzz: venv
+	OMP_NUM_THREADS=1 $(PY) -m codespec.reliability.fuzz --cases 10000 --seconds 300 --edit-sequences 1000 \
+		--local-sequences 2000 --json build/reliability/fuzz.json
+
+soak: venv
+	OMP_NUM_THREADS=1 $(PY) -m codespec.reliability.soak --rate 200 --seconds 30 --documents 20 \
+		--json build/reliability/soak.json
+
 sessions-corpus: venv
 	$(PY) tests/sessions/make_corpus.py
 
