@@ -49,7 +49,6 @@ bench: fetch
 	$(VENV)/bin/codespec bench generate --target bundled:qwen2.5-coder-1.5b --draft-model bundled:qwen2.5-coder-0.5b \
 		--n 3 --max-tokens 48 --modes plain,hf-lookup,hf-assisted,lookup,model,both --out docs
 
-# The edit-session corpus in tests/sessions/data (deterministic: same Python stdlib, pinned commits).
 # Reliability (docs/reliability.md): bounded runs against the real `codespec serve --stdio` with the
 # tiny model, loopback/stdio only. fuzz: >= 10,000 byte-level cases, then 1,000 edit sequences through
 # the server and 2,000 against the in-process Document. soak: 200 requests/s offered for 30 s over 20 documents.
@@ -61,6 +60,7 @@ soak: venv
 	OMP_NUM_THREADS=1 $(PY) -m codespec.reliability.soak --rate 200 --seconds 30 --documents 20 \
 		--json build/reliability/soak.json
 
+# The edit-session corpus in tests/sessions/data (deterministic: same Python stdlib, pinned commits).
 sessions-corpus: venv
 	$(PY) tests/sessions/make_corpus.py
 
