@@ -10,13 +10,15 @@ may be answered more than once. After a case that leaves the parser mid-frame th
 bytes that finish it (filler for a body, a line end), as a client that recovers would.
 After each batch the server must answer a valid request.
 
-    python -m codespec.reliability.fuzz --cases 10000 --seconds 120 [--seed 1] [--json out.json]
+    python -m codespec.reliability.fuzz --cases 10000 --seconds 120 [--edit-sequences 1000]
+        [--local-sequences 2000] [--seed 1] [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import re
 import sys
@@ -557,11 +559,15 @@ def percentile(sorted_values: list[float], q: float) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from codespec.reliability.edits import run_edit_sequences
+
     parser = argparse.ArgumentParser(prog="python -m codespec.reliability.fuzz", description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=int, default=10_000)
-    parser.add_argument("--seconds", type=float, default=None, help="stop after this long (at a batch end)")
+    parser.add_argument("--seconds", type=float, default=None, help="stop the byte fuzz after this long (at a batch end)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--batch", type=int, default=100, help="cases between two health probes")
+    parser.add_argument("--edit-sequences", type=int, default=0, help="then this many edit sequences through the server")
+    parser.add_argument("--local-sequences", type=int, default=0, help="and this many against the in-process Document")
     parser.add_argument("--json", help="write the report here")
     args = parser.parse_args(argv)
 
@@ -569,15 +575,32 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\rfuzz: {report.cases} cases, {report.requests} requests, {report.probes_ok} probes ok",
               end="", file=sys.stderr, flush=True)
 
-    report = run_fuzz(args.cases, seconds=args.seconds, seed=args.seed, batch=args.batch, progress=show)
-    print(file=sys.stderr)
-    data = report.to_dict()
+    with StdioServer() as server:
+        server.initialize(SERVER_OPTIONS)
+        warm_up(server)
+        report = run_fuzz(args.cases, seconds=args.seconds, seed=args.seed, batch=args.batch, server=server,
+                          progress=show)
+        print(file=sys.stderr)
+        data: dict[str, Any] = {"bytes": report.to_dict()}
+        ok = report.ok
+        if args.edit_sequences and report.server_alive:
+            edits = run_edit_sequences(server, args.edit_sequences, seed=args.seed)
+            data["edits_server"] = edits.to_dict()
+            ok = ok and edits.ok
+        data["exit_code"] = server.shutdown_and_exit()
+        ok = ok and data["exit_code"] == 0
+    if args.local_sequences:
+        local = run_edit_sequences(None, args.local_sequences, seed=args.seed)
+        data["edits_local"] = local.to_dict()
+        ok = ok and local.ok
+    data["ok"] = ok
     text = json.dumps(data, indent=2)
     if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as out:
             out.write(text + "\n")
     print(text)
-    return 0 if report.ok else 1
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -287,6 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     data["exit_code"], data["processes_left"] = code, left
     text = json.dumps(data, indent=2)
     if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as out:
             out.write(text + "\n")
     print(text)
