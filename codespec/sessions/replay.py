@@ -301,6 +301,7 @@ class Play:
     session: Session
     settings: Any = None
     label: str = ""
+    speed: float | None | str = "default"  # this play's speed (None = max); "default": the replay's
 
 
 @dataclass
@@ -410,8 +411,9 @@ class Replayer:
                 raise ServerExited(self.conn.exit_message())
             remaining -= done
 
-    async def play(self, play: Play) -> None:
+    async def play(self, play: Play, default_speed: float | None) -> None:
         session, self.label = play.session, play.label
+        self.speed = default_speed if play.speed == "default" else play.speed
         if play.settings is not None:
             self.conn.notify("workspace/didChangeConfiguration", {"settings": play.settings})
         docs = DocumentSet()
@@ -569,7 +571,7 @@ async def replay_sessions(
                             drain_timeout_s=drain_timeout_s, on_record=on_record)  # fmt: skip
         started = time.perf_counter()
         for play in plays:
-            await replayer.play(play)
+            await replayer.play(play, speed)
         result.wall_s = time.perf_counter() - started
         result.notifications = dict(conn.notifications)
     finally:

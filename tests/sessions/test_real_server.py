@@ -4,30 +4,26 @@ from __future__ import annotations
 
 import sys
 
-from codespec.sessions.replay import replay_sessions, summarize
+from codespec.sessions.replay import Play, replay_sessions, summarize
+from tests.sessions.conftest import truncated
 from tests.sessions.test_replay import assert_sound
 
 TINY_SERVER = [sys.executable, "-m", "codespec.cli", "serve", "--stdio", "--model", "tiny",
                "--draft-model", "none", "--draft", "lookup", "--threads", "1"]  # fmt: skip
 
 
-async def replay(sessions, **kwargs):
-    result = await replay_sessions(sessions, TINY_SERVER, env={"OMP_NUM_THREADS": "1"}, **kwargs)
-    result.sessions_played = sessions
-    return result, summarize(result)
-
-
-async def test_fast_typing_through_the_real_server(small_sessions):
-    result, summary = await replay(small_sessions[:2], speed=8.0, drain_timeout_s=60.0)
-    assert_sound(result, summary)
-    assert summary["cancelled"] > 0 and summary["items"] > 0
-    assert (
-        isinstance(summary["server_stats"], dict)
-        and summary["server_stats"]["requests"] == summary["requests"] + 1  # + the warm-up
+async def test_replay_through_the_real_server(small_sessions):
+    """One server process: a session at 8x typing speed (most requests superseded), then one at max
+    speed (every request answered, none cancelled)."""
+    fast, calm = truncated(small_sessions[1], 80), truncated(small_sessions[0], 30)
+    plays = [Play(fast, label="fast"), Play(calm, label="max", speed=None)]
+    result = await replay_sessions(
+        plays, TINY_SERVER, env={"OMP_NUM_THREADS": "1"}, speed=8.0, drain_timeout_s=60.0
     )
-
-
-async def test_max_speed_through_the_real_server(small_sessions):
-    result, summary = await replay(small_sessions[:1], speed=None, drain_timeout_s=60.0)
-    assert_sound(result, summary)
-    assert summary["cancelled"] == 0 and summary["answered"] == summary["requests"]
+    for label, session in (("fast", fast), ("max", calm)):
+        assert_sound(result, summarize(result, label), [session], label)
+    fast_summary, max_summary = summarize(result, "fast"), summarize(result, "max")
+    assert fast_summary["cancelled"] > 0 and fast_summary["items"] > 0
+    assert max_summary["cancelled"] == 0 and max_summary["answered"] == max_summary["requests"]
+    stats = result.server_stats
+    assert isinstance(stats, dict) and stats["requests"] == len(result.records) + 1  # + the warm-up

@@ -112,8 +112,8 @@ def test_expect_is_what_the_user_types_next():
     assert with_expect >= len(keystrokes(after))
 
 
-def long_session(seed: int):
-    text = "".join(f"    value_{i} = compute(value_{i - 1}, {i})\n" for i in range(1, 120))
+def long_session(seed: int, lines: int = 120):
+    text = "".join(f"    value_{i} = compute(value_{i - 1}, {i})\n" for i in range(1, lines))
     return synth("def f():\n", "def f():\n" + text, seed=seed), text
 
 
@@ -142,9 +142,9 @@ def test_timing_statistics_follow_the_model():
 
 
 def test_timing_is_deterministic_per_seed():
-    a, _ = long_session(seed=7)
-    b, _ = long_session(seed=7)
-    c, _ = long_session(seed=8)
+    a, _ = long_session(seed=7, lines=30)
+    b, _ = long_session(seed=7, lines=30)
+    c, _ = long_session(seed=8, lines=30)
     assert [e.to_json() for e in a.events] == [e.to_json() for e in b.events]
     assert [e.t for e in a.events] != [e.t for e in c.events]
     assert final_texts(a) == final_texts(c)
