@@ -195,7 +195,7 @@ def build_examples(files: Sequence[SourceFile], tokenizer, config: ExampleConfig
     fim: list[Example] = []
     for file in files:
         windows = l2r_examples(file, tokenizer, config)
-        l2r.extend(windows)
+        l2r.extend(windows if config.fim_fraction < 1 else [])
         # More FIM candidates than windows: the budget (_mix) decides how many are used.
         wanted = 4 * max(1, len(windows))
         fim.extend(fim_examples(file, tokenizer, config, rng, wanted) if config.fim_fraction > 0 else [])

@@ -45,11 +45,12 @@ def label_examples(model: torch.nn.Module, examples: Sequence[Example], top_k: i
             done = saved["labels"]
     last_save = time.monotonic()
     todo = examples[len(done):]
-    bar = tqdm(total=sum(e.positions for e in examples), initial=sum(e.positions for e in examples[:len(done)]),
+    # Counted in tokens through the target (its cost), not in labelled positions: the ETA is then right.
+    bar = tqdm(total=sum(len(e.ids) for e in examples), initial=sum(len(e.ids) for e in examples[:len(done)]),
                desc=desc, unit="tok", disable=not progress, dynamic_ncols=True)
     for example in todo:
         done.append(label_example(model, example, top_k))
-        bar.update(example.positions)
+        bar.update(len(example.ids))
         if time.monotonic() - last_save > save_every_s:
             _save(path, key, done)
             last_save = time.monotonic()
