@@ -221,7 +221,7 @@ class CompletionManager:
 
         self._cancel_generations(anchor.uri)
         ctx = self.build_context(doc, position, other_docs)
-        if ctx.mode == "none" and not invoked:
+        if ctx.mode == "none":  # e.g. inside an identifier: post-processing would drop any text
             return None
         generation = self._start_generation("request", anchor, ctx, position, options)
         return await self._attach(generation, record, typed="", source="model")

@@ -31,6 +31,7 @@ PARTIAL_METHOD = "codespec/partialCompletion"
 
 MODEL_ERROR_CODE = -32603  # JSON-RPC internal error, with data.kind "model" | "out-of-memory" | "load"
 SHOWN_KEPT = 512
+RECENT_DEFAULT = 64  # codespec/stats: how many recent requests / generations to list by default
 PROGRESS_CREATE_TIMEOUT_S = 5.0
 
 
@@ -238,8 +239,8 @@ class CodespecServer(LanguageServer):
             self.stats.rejected += 1
         return {"known": True}
 
-    def stats_report(self) -> dict[str, Any]:
-        report = self.stats.to_dict()
+    def stats_report(self, recent: int) -> dict[str, Any]:
+        report = self.stats.to_dict(recent)
         report["engine"] = {
             "loaded": self.engine is not None,
             "model": self.options.model,
@@ -396,7 +397,12 @@ def create_server(options: ServerOptions) -> CodespecServer:
 
     @server.feature(STATS_METHOD)
     def stats(ls: CodespecServer, params: Any) -> dict[str, Any]:
-        return ls.stats_report()
+        recent = _param(params, "recent")
+        if recent is None:
+            recent = RECENT_DEFAULT
+        if isinstance(recent, bool) or not isinstance(recent, int) or recent < 0:
+            raise JsonRpcInvalidParams(message="Invalid params: recent must be an integer >= 0")
+        return ls.stats_report(recent)
 
     @server.feature(DOCUMENT_TEXT_METHOD)
     def document_text(ls: CodespecServer, params: Any) -> dict[str, Any] | None:

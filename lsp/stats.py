@@ -120,8 +120,10 @@ class ServerStats:
         if outcome == ANSWERED:
             self.shown += 1
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, recent: int = RECENT_REQUESTS) -> dict[str, Any]:
+        """All counters; `recent` limits the per-request and per-generation lists (0: none)."""
         finished = [g for g in self.generations if g.finish_reason]
+        last = max(0, min(recent, RECENT_REQUESTS))
         forwards = sum(g.target_forwards for g in finished)
         new_tokens = sum(g.new_tokens for g in finished)
         drafted = sum(g.drafted for g in finished)
@@ -165,7 +167,7 @@ class ServerStats:
                 "draftAccepted": accepted_drafts,
                 "draftAcceptanceRate": (accepted_drafts / drafted) if drafted else None,
                 "maxForwardsAfterCancel": max(after_cancel) if after_cancel else None,
-                "recent": [g.to_dict() for g in self.generations[-RECENT_REQUESTS:]],
+                "recent": [g.to_dict() for g in self.generations[len(self.generations) - last :]] if last else [],
             },
-            "recentRequests": [r.to_dict() for r in self.recent],
+            "recentRequests": [r.to_dict() for r in list(self.recent)[len(self.recent) - last :]] if last else [],
         }

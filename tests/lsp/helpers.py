@@ -70,8 +70,11 @@ async def session(
         if client._server is not None and client._server.returncode is None:
             with contextlib.suppress(Exception):
                 await bounded(client.shutdown_session(), WAIT_S)
+        if client._server is not None and client._server.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                client._server.kill()  # a server that did not exit is a failure reported above
         with contextlib.suppress(Exception):
-            await client.stop()
+            await bounded(client.stop(), WAIT_S)
 
 
 async def bounded(awaitable, timeout: float = WAIT_S):
@@ -116,15 +119,15 @@ def cancel_request(client: LanguageClient, msg_id: Any) -> None:
     client.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id=msg_id))
 
 
-async def stats(client: LanguageClient) -> dict[str, Any]:
-    return await bounded(raw_request(client, "codespec/stats", {}))
+async def stats(client: LanguageClient, recent: int = 64) -> dict[str, Any]:
+    return await bounded(raw_request(client, "codespec/stats", {"recent": recent}))
 
 
 async def document_text(client: LanguageClient, uri: str) -> dict[str, Any] | None:
     return await bounded(raw_request(client, "codespec/documentText", {"uri": uri}))
 
 
-async def wait_until(predicate, *, timeout: float = WAIT_S, interval: float = 0.02):
+async def wait_until(predicate, *, timeout: float = WAIT_S, interval: float = 0.05):
     """Poll an async predicate until it returns a truthy value (bounded)."""
 
     async def poll():
@@ -206,11 +209,12 @@ async def settle(client: LanguageClient) -> dict[str, Any]:
     """Wait until every generation (prefetch included) has finished; returns the stats."""
 
     async def idle():
-        report = await stats(client)
+        report = await stats(client, recent=0)  # polled: keep the answer small
         generations = report["generations"]
-        return report if generations["started"] == generations["finished"] and report["pending"] == 0 else None
+        return generations["started"] == generations["finished"] and report["pending"] == 0
 
-    return await wait_until(idle)
+    await wait_until(idle)
+    return await stats(client)
 
 
 def record_of(report: dict[str, Any], msg_id: Any) -> dict[str, Any]:

@@ -173,26 +173,26 @@ async def test_utf8_negotiation_lazy_progress_and_exit_during_generation():
     ) as client:
         assert client.init_result.capabilities.position_encoding == types.PositionEncodingKind.Utf8
         uri = "file:///u8.py"
-        doc = 'name = "h\u00e9llo \u4e16\u754c"\ngreeting = name + '
+        doc = 'name = "h\u00e9llo"\ngreeting = "\u4e16\u754c" + '
         open_doc(client, uri, doc)
         line, character = end_position(doc, units=utf8_len)
-        assert character == len("greeting = name + ")
+        assert character == len('greeting = "') + 6 + len('" + ')  # two CJK characters, 3 bytes each
         assert not client.progress_reports  # lazy: nothing loaded before the first request
 
-        first = await bounded(inline(client, uri, 0, utf8_len('name = "h\u00e9llo \u4e16'), trigger=1), LOAD_WAIT_S)
+        first = await bounded(inline(client, uri, line, character, trigger=1), LOAD_WAIT_S)
         (reports,) = client.progress_reports.values()  # loading on the first request, with progress
         assert isinstance(reports[0], types.WorkDoneProgressBegin) and isinstance(reports[-1], types.WorkDoneProgressEnd)
-        if first and first["items"]:  # utf-8 columns: after the two CJK characters (3 bytes each)
-            assert first["items"][0]["range"]["start"] == {"line": 0, "character": utf8_len('name = "h\u00e9llo \u4e16')}
+        assert first["items"][0]["range"]["start"] == {"line": line, "character": character}
 
-        # An edit in utf-8 columns after multi-byte text, then typing along from there.
+        # An edit in utf-8 columns inside multi-byte text lands where it should.
         insert(client, uri, 2, 0, utf8_len('name = "h\u00e9'), "\u00e9")
-        assert (await document_text(client, uri))["text"] == 'name = "h\u00e9\u00e9llo \u4e16\u754c"\ngreeting = name + '
-        shifted = await bounded(inline(client, uri, line, character, trigger=1))
+        doc = 'name = "h\u00e9\u00e9llo"\ngreeting = "\u4e16\u754c" + '
+        assert await document_text(client, uri) == {"text": doc, "version": 2}
         await settle(client)
         full = await bounded(inline(client, uri, line, character, trigger=1))
         text = item_text(full)
-        assert text and item_text(shifted) and text.startswith(item_text(shifted))
+        assert text
+        # Typing along from a utf-8 column: the offsets of edit and request agree.
         insert(client, uri, 3, line, character, text[0])
         follow = inline(client, uri, *advance(line, character, text[0], units=utf8_len))
         assert item_text(await bounded(follow)) == text[1:]
@@ -201,7 +201,8 @@ async def test_utf8_negotiation_lazy_progress_and_exit_during_generation():
         # shutdown while a slow generation runs: its request is cancelled, exit ends the process.
         configure(client, stepDelay=1.0, maxTokens=200, earlyAnswer=False)
         insert(client, uri, 4, 0, 0, "# slow\n")
-        slow = inline(client, uri, line + 1, character, trigger=1)
+        doc = "# slow\n" + doc + text[0]
+        slow = inline(client, uri, *end_position(doc, units=utf8_len), trigger=1)
         await wait_until(lambda: _generation_running(client))
         await bounded(client.shutdown_async(None))
         with pytest.raises(JsonRpcException) as error:
@@ -212,5 +213,5 @@ async def test_utf8_negotiation_lazy_progress_and_exit_during_generation():
 
 
 async def _generation_running(client) -> bool:
-    report = await stats(client)
+    report = await stats(client, recent=0)
     return report["generations"]["started"] > report["generations"]["finished"]

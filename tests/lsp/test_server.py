@@ -292,10 +292,11 @@ async def test_did_change_supersedes_the_running_request(client):
 async def test_newer_request_supersedes_older(client):
     uri = "file:///t/newer.py"
     open_doc(client, uri, PY_DOC)
-    delay(client, 0.02)
+    delay(client, 0.5, earlyAnswer=False, maxTokens=4)  # the older one cannot finish first
     before = await settle(client)
-    older = inline(client, uri, 1, 4, trigger=1)
-    newer = inline(client, uri, 5, 4, trigger=1)
+    line, character = end_position(PY_DOC)
+    older = inline(client, uri, line, character, trigger=1)
+    newer = inline(client, uri, 1, len("    return a + b"), trigger=1)
     assert await bounded(older) is None
     result = await bounded(newer)
     assert result is not None and "items" in result
@@ -438,7 +439,7 @@ async def test_zz_vanished_client_during_a_generation_ends_the_process(client):
     inline(client, uri, line, character, trigger=1)
 
     async def running():
-        report = await stats(client)
+        report = await stats(client, recent=0)
         return report["generations"]["started"] > report["generations"]["finished"]
 
     await wait_until(running)
