@@ -47,10 +47,20 @@ STDLIB_FUNCTIONS = [
     ("filecmp.py", "_do_cmp"),
 ]
 
-# Commits of this repository (full hashes, so a clone regenerates the same sessions).
-GIT_REVISIONS: list[str] = [
-    "02d1bc87137cf51eff9f00f3578808960c40bdc9",
-    "4245b55bbc3ed95504087e75a7484783cea7ba9a",
+# (commit, file) changes of this repository's history (full hashes, so a clone regenerates them).
+GIT_CHANGES: list[tuple[str, str]] = [
+    ("4245b55bbc3ed95504087e75a7484783cea7ba9a", "codespec/__init__.py"),
+    ("4245b55bbc3ed95504087e75a7484783cea7ba9a", "codespec/errors.py"),
+    ("4245b55bbc3ed95504087e75a7484783cea7ba9a", "lsp/__init__.py"),
+    ("02d1bc87137cf51eff9f00f3578808960c40bdc9", "tests/editors/nvim_init.lua"),
+    ("02d1bc87137cf51eff9f00f3578808960c40bdc9", "tests/editors/standin_server.py"),
+    ("4251b2ea97f6b6e60cbd2e4b7a87f2d8d83428fb", "lsp/cli.py"),
+    ("5723dc8b784c8dcfc02b4074b75edd950109859c", "codespec/context/mode.py"),
+    ("6bf34338a647d5d58b424a2b16ad0bcdc1a4829a", "codespec/engine.py"),
+    ("6f142c26311fbea246548d6a3cd1a5ad59a49767", "lsp/server.py"),
+    ("151ee7b07785f20c0dd17594e497044782cf90cd", "codespec/context/postprocess.py"),
+    ("f5052171bb8f45cabd72b7b4fba6e2728d738d1c", "lsp/options.py"),
+    ("52598778bdf47332e6b00ebaec65bb171a1d700d", "codespec/reliability/soak.py"),
 ]
 
 
@@ -61,8 +71,12 @@ def stdlib_sessions():
         yield f"stdlib-{Path(module).stem}-{function}", synth_function_edit(edit, python=python, seed=SEED)
 
 
-def git_sessions(revisions: list[str]):
+def git_sessions(changes: list[tuple[str, str]]):
+    wanted = set(changes)
+    revisions = list(dict.fromkeys(sha for sha, _ in changes))
     for change in git_changes(REPO, revisions=revisions, max_changed_lines=60):
+        if (change.commit, change.path) not in wanted:
+            continue
         session = synth_git_change(change, repo_name="codespec", seed=SEED)
         if 20 <= session.keystrokes() <= MAX_KEYSTROKES:
             yield f"git-{change.commit[:10]}-{slug(change.path)}", session
@@ -82,7 +96,7 @@ def main() -> int:
     for old in args.out.glob("*.jsonl"):
         old.unlink()
     count = 0
-    for name, session in [*stdlib_sessions(), *git_sessions(GIT_REVISIONS)]:
+    for name, session in [*stdlib_sessions(), *git_sessions(GIT_CHANGES)]:
         path = write_session(session, args.out / f"{name}.jsonl")
         print(
             f"{path.relative_to(REPO) if path.is_relative_to(REPO) else path}: {session.keystrokes()} keystrokes"
