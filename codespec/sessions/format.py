@@ -202,6 +202,16 @@ def _line_breaks(text: str) -> list[int]:
     return [0, *(m.end() for m in _LINE_BREAK.finditer(text))]
 
 
+def first_lines(text: str, count: int) -> str:
+    """The first `count` lines of `text`, line breaks kept."""
+    cut = -1
+    for _ in range(count):
+        cut = text.find("\n", cut + 1)
+        if cut < 0:
+            return text
+    return text[: cut + 1]
+
+
 def utf16_len(text: str) -> int:
     return len(text) + sum(1 for ch in text if ord(ch) > 0xFFFF)
 

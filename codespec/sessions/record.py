@@ -18,19 +18,37 @@ from pathlib import Path
 from typing import IO, Any
 
 from codespec.errors import CodespecError
-from codespec.sessions.format import DID_OPEN, LIFECYCLE_METHODS, PROBE_METHOD, Event, dump_line, make_header
+from codespec.sessions.format import (
+    DID_OPEN,
+    INLINE_COMPLETION,
+    LIFECYCLE_METHODS,
+    PROBE_METHOD,
+    Event,
+    Session,
+    dump_line,
+    first_lines,
+    make_header,
+    utf16_len,
+)
 
 
 class SessionRecorder:
     """Writes client messages to `path` as they come, one line each, flushed at once (so a crash
     loses nothing). Times count from the first recorded message. The header is written with the first
-    didOpen (which gives the language); messages before it wait in memory. Thread-safe."""
+    didOpen (which gives the language); messages before it wait in memory. Thread-safe. With
+    `annotate`, `close()` rewrites the file once with each inline request's `expect` (what the user
+    typed next, see `annotate_expect`)."""
 
     def __init__(
-        self, path: str | Path, *, source: str = "recorded", clock: Callable[[], float] = time.monotonic
+        self,
+        path: str | Path,
+        *,
+        source: str = "recorded",
+        clock: Callable[[], float] = time.monotonic,
+        annotate: bool = True,
     ):
         self.path = Path(path)
-        self.source, self.clock = source, clock
+        self.source, self.clock, self.annotate = source, clock, annotate
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._file: IO[str] | None = self.path.open("w", encoding="utf-8")
@@ -90,6 +108,8 @@ class SessionRecorder:
                 self._flush_waiting("unknown")
             self._file.close()
             self._file = None
+        if self.annotate and self.recorded:
+            annotate_file(self.path)
 
     def __enter__(self) -> SessionRecorder:
         return self
@@ -179,3 +199,77 @@ def _forward(client_in: IO[bytes], server_in: IO[bytes], recorder: SessionRecord
             server_in.close()
         except OSError:
             pass
+
+
+# ----------------------------------------------------------------------------------------------
+# Ground truth for recorded sessions
+
+
+def _advance(line: int, character: int, text: str) -> tuple[int, int]:
+    """The cursor after inserting `text` at (line, character), in UTF-16 units."""
+    if "\n" not in text:
+        return line, character + utf16_len(text)
+    return line + text.count("\n"), utf16_len(text.rsplit("\n", 1)[1])
+
+
+def typed_after(events: list[Event], start: int, uri: str, line: int, character: int) -> str | None:
+    """What the user typed at the cursor after events[start]: the run of insertions at the cursor (and
+    backspaces over them) in `uri`'s later changes. None when the user first erased text from before
+    the cursor (no ground truth: e.g. a typo being fixed)."""
+    typed = ""
+    for event in events[start + 1 :]:
+        if event.uri != uri:
+            continue
+        if event.method == "textDocument/didClose":
+            break
+        if event.method != "textDocument/didChange":
+            continue
+        for change in event.params.get("contentChanges", []):
+            rng = change.get("range")
+            if rng is None:
+                return typed
+            start_pos = (rng["start"]["line"], rng["start"]["character"])
+            end_pos = (rng["end"]["line"], rng["end"]["character"])
+            if start_pos == end_pos == (line, character) and change["text"]:
+                typed += change["text"]
+                line, character = _advance(line, character, change["text"])
+            elif end_pos == (line, character) and start_pos[0] == line and not change["text"]:
+                units = character - start_pos[1]
+                if units > utf16_len(typed[typed.rfind("\n") + 1 :]):
+                    return typed or None  # erasing text from before the cursor ends the run
+                while units > 0:
+                    units -= utf16_len(typed[-1])
+                    typed = typed[:-1]
+                character = start_pos[1]
+            else:
+                return typed
+    return typed
+
+
+def annotate_expect(session: Session, next_lines_kept: int = 3) -> int:
+    """Give every inline request without an `expect` the one its session implies (what was typed
+    next at the cursor, see `typed_after`); returns how many were annotated. This turns a recording
+    into ground truth for acceptance. Typing that stops short of the line end gives a shorter
+    `line_rest` than the user may have meant."""
+    count = 0
+    for index, event in enumerate(session.events):
+        if event.method != INLINE_COMPLETION or event.expect is not None or event.uri is None:
+            continue
+        pos = event.params.get("position") or {}
+        typed = typed_after(session.events, index, event.uri, pos.get("line", -1), pos.get("character", -1))
+        if typed is None:
+            continue
+        line_rest, _, rest = typed.partition("\n")
+        event.expect = {"line_rest": line_rest, "next_lines": first_lines(rest, next_lines_kept)}
+        count += 1
+    return count
+
+
+def annotate_file(path: str | Path) -> int:
+    from codespec.sessions.format import read_session, write_session
+
+    session = read_session(path)
+    count = annotate_expect(session)
+    if count:
+        write_session(session, path)
+    return count

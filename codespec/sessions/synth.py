@@ -26,6 +26,7 @@ from codespec.sessions.format import (
     Session,
     TextBuffer,
     final_texts,
+    first_lines,
     lsp_range,
     make_header,
     validate_session,
@@ -120,15 +121,6 @@ def _typo_for(ch: str, rng: random.Random) -> str | None:
     return None
 
 
-def _first_lines(text: str, count: int) -> str:
-    cut = -1
-    for _ in range(count):
-        cut = text.find("\n", cut + 1)
-        if cut < 0:
-            return text
-    return text[: cut + 1]
-
-
 class _Writer:
     """Builds the event list while tracking the document, so that every range is exact."""
 
@@ -166,7 +158,7 @@ class _Writer:
         expect = None
         if remaining is not None:
             line_rest, _, next_lines = remaining.partition("\n")
-            expect = {"line_rest": line_rest, "next_lines": _first_lines(next_lines, NEXT_LINES_KEPT)}
+            expect = {"line_rest": line_rest, "next_lines": first_lines(next_lines, NEXT_LINES_KEPT)}
         self.events.append(Event(self.t, INLINE_COMPLETION, params, expect))
 
     def type_hunk(self, offset: int, hunk: Hunk) -> int:

@@ -7,7 +7,7 @@ import itertools
 import sys
 
 from codespec.sessions.format import final_texts, read_session, validate_session
-from codespec.sessions.record import SessionRecorder
+from codespec.sessions.record import SessionRecorder, annotate_expect
 from codespec.sessions.replay import replay_sessions, summarize
 from tests.sessions.conftest import fake_server
 
@@ -57,6 +57,8 @@ async def test_record_proxy_between_a_real_client_and_server(tmp_path, small_ses
     # are client messages too, and recorded)
     kept = [e for e in copy.events if not e.method.startswith("codespec/")]
     assert [(e.method, e.params) for e in kept] == [(e.method, e.params) for e in session.events]
+    # closing the recorder annotated the recording: the same ground truth synth wrote
+    assert [e.expect for e in kept] == [e.expect for e in session.events]
     assert all(b.t >= a.t for a, b in zip(copy.events, copy.events[1:], strict=False))
     assert copy.events[-1].t > 0.5 * session.duration / 25.0  # times are the replay's, scaled by 25
     assert final_texts(copy) == final_texts(session)
@@ -64,3 +66,14 @@ async def test_record_proxy_between_a_real_client_and_server(tmp_path, small_ses
     again = summarize(await replay_sessions([copy], fake_server("--delay", "0.005"), speed=50.0))
     assert again["requests"] == through["requests"]
     assert again["documents_checked"] == 1 and again["documents_mismatched"] == 0
+
+
+def test_annotating_a_recording_recovers_the_synthesized_ground_truth(corpus_paths):
+    for path in corpus_paths[:6]:
+        truth = read_session(path)
+        stripped = read_session(path)
+        for event in stripped.events:
+            event.expect = None
+        annotated = annotate_expect(stripped)
+        assert annotated == sum(1 for e in truth.inline_requests() if e.expect is not None) > 0
+        assert [e.expect for e in stripped.events] == [e.expect for e in truth.events], path.name
