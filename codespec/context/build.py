@@ -108,6 +108,9 @@ class CompletionContext:
     offset: int = 0
     document: Document | None = field(default=None, repr=False)
     opener_indent: int = 0
+    doc_edit_count: int = 0  # the document's edit_count when this context was built
+    parse_budget_s: float = 0.003
+    memo: dict = field(default_factory=dict, repr=False)  # post-processing memos
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -480,6 +483,7 @@ def build_context(
     ctx = _none(decision.reason, doc, line, character)
     ctx.line_prefix, ctx.line_suffix = line_text[:column], line_text[column:]
     ctx.offset = offset
+    ctx.doc_edit_count, ctx.parse_budget_s = doc.edit_count, config.parse_budget_s
     ctx.eol = detect_eol(doc.text)
     ctx.indent_unit = cache.indent_unit(doc, config.tab_size)
     ctx.language = info.name

@@ -129,6 +129,11 @@ class Document:
             self.parse_count += 1
         return self._tree
 
+    @property
+    def tree_is_fresh(self) -> bool:
+        """True when `.tree` would not need a parse."""
+        return self._tree is not None and not self._tree_stale
+
     def tree_within(self, budget_s: float) -> tree_sitter.Tree | None:
         """The tree, re-parsed only when that fits in `budget_s`; otherwise the previous tree with the
         edits applied (node positions shifted, structure as before the edits) and the parse is left for

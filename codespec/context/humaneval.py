@@ -125,6 +125,7 @@ def run_tasks(
         seconds = time.perf_counter() - started
         post = postprocess(raw, ctx)
         row = {"task_id": task.task_id, "kind": task.kind, "mode": ctx.mode, "seconds": round(seconds, 3)}
+        row.update(middle=task.middle, raw=raw, post=post)
         for label, text in (("raw", raw), ("post", post)):
             row[f"exact_{label}"] = first_line(text) == first_line(task.middle)
             if execute:
@@ -186,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
         tasks += build_tasks(kind, args.n, seed=args.seed)
 
     def show(row: dict) -> None:
-        print(json.dumps(row), flush=True)
+        print(json.dumps({k: v for k, v in row.items() if k not in ("middle", "raw", "post")}), flush=True)
 
     rows = run_tasks(tasks, engine, target.tokenizer, max_new_tokens=args.max_tokens, progress=show)
     summary = summarize(rows)

@@ -5,6 +5,7 @@ output that does not parse."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -196,19 +197,32 @@ def _error_count(tree) -> int:
 
 def prefer_parsable(text: str, ctx: CompletionContext) -> str:
     """Insert the candidate into the document and keep the longest truncation (at line ends) that
-    adds no syntax errors; the full text when none does."""
+    adds no syntax errors; the full text when none does. Skipped when the document changed since the
+    context was built (the offsets would be stale) or its tree is not fresh within the parse budget;
+    memoised per context (the server post-processes the same stream again and again)."""
     doc = ctx.document
-    if doc is None or "\n" not in text.strip("\n") or doc.tree is None:
+    if doc is None or "\n" not in text.strip("\n") or doc.edit_count != ctx.doc_edit_count:
         return text
-    baseline = _error_count(doc.tree)
+    memo = ctx.memo.setdefault("prefer_parsable", {})
+    if text in memo:
+        return memo[text]
+    tree = doc.tree_within(ctx.parse_budget_s)
+    if tree is None or not doc.tree_is_fresh:
+        return text
+    baseline = _error_count(tree)
     lines = text.split("\n")
+    deadline = time.perf_counter() + 10 * ctx.parse_budget_s
+    chosen = text
     for keep in range(len(lines), 0, -1):
         candidate = "\n".join(lines[:keep])
-        if not candidate.strip():
+        if not candidate.strip() or time.perf_counter() > deadline:
             break
         if _error_count(doc.parse_with_insertion(ctx.offset, candidate.replace("\n", ctx.eol))) <= baseline:
-            return candidate
-    return text
+            chosen = candidate
+            break
+    if len(memo) < 64:
+        memo[text] = chosen
+    return chosen
 
 
 def trim_trailing_whitespace(text: str, ctx: CompletionContext) -> str:

@@ -108,6 +108,8 @@ def test_prefer_parsable_drops_a_broken_last_line() -> None:
     assert prefer_parsable("if x:\n        return 1\n    else", ctx) == "if x:\n        return 1"
     good = "if x:\n        return 1\n    return 2"
     assert prefer_parsable(good, ctx) == good
+    ctx.document.apply_change(((3, 0), (3, 0)), "# typed later\n")  # the document moved on
+    assert prefer_parsable("if x:\n        return 1\n    else", ctx) == "if x:\n        return 1\n    else"
 
 
 def test_crlf_document() -> None:
@@ -143,3 +145,30 @@ def test_complaints_end_to_end(language: str, source: str, completion: str, expe
 
 def test_none_mode_gives_nothing() -> None:
     assert postprocess("anything", context_at("fo┃o\n")) == ""
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+PIECES = ["x", " ", "\t", "\n", "\r\n", "(", ")", "]", "}", "'", '"', "return 1", "    ", "😀", "end"]
+SOURCES = [
+    ("python", "def f(x):\n    ┃\n    return x\n"),
+    ("python", "print(foo(┃))\n"),
+    ("javascript", "function f() {\r\n  ┃\r\n}\r\n"),
+    ("go", "func f() {\n\t┃\n}\n"),
+]
+
+
+@settings(max_examples=80, deadline=None)
+@given(pieces=st.lists(st.sampled_from(PIECES), max_size=25), which=st.integers(0, len(SOURCES) - 1))
+def test_postprocess_is_total_and_keeps_line_endings(pieces: list[str], which: int) -> None:
+    language, source = SOURCES[which]
+    ctx = context_at(source, language)
+    out = postprocess("".join(pieces), ctx)
+    assert isinstance(out, str)
+    if ctx.eol == "\n":
+        assert "\r" not in out
+    else:
+        assert "\n" not in out.replace("\r\n", "")
+    assert out == "" or out.strip()  # never whitespace only
+    assert postprocess(out.replace(ctx.eol, "\n"), ctx) == out  # a second pass changes nothing
