@@ -23,7 +23,9 @@ def register(subparsers: argparse._SubParsersAction, name: str, help: str) -> No
     parser.add_argument(
         "--allow-remote", action="store_true", help="allow a --host that is not a loopback address"
     )
-    parser.add_argument("--model", help="target model spec (default bundled:qwen2.5-coder-1.5b)")
+    parser.add_argument(
+        "--model", help="target model spec (default: the device's profile, see `codespec models`)"
+    )
     parser.add_argument("--draft-model", help='draft model spec, or "none"')
     parser.add_argument("--draft", choices=["none", "lookup", "model", "both"], help="drafting mode")
     parser.add_argument("--device", help="auto | cpu | cuda | cuda:N | mps")
@@ -57,7 +59,7 @@ def options_from_args(args: argparse.Namespace):
     updated = options.updated(given)
     for key, value in given.items():  # the command line must not silently drop a bad value
         field = ServerOptions.KEYS[key]
-        expected = None if key == "draftModel" and value == "none" else value
+        expected = value
         if getattr(updated, field) != expected:
             raise CodespecError(f"invalid value for --{key}: {value!r}")
     return updated

@@ -18,9 +18,10 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 
 @dataclass
 class ServerOptions:
-    model: str = "bundled:qwen2.5-coder-1.5b"
-    draft_model: str | None = "bundled:qwen2.5-coder-0.5b"
-    drafting: str = "both"
+    # None: codespec.models.default_profile(device) (CPU: 0.5B + lookup; CUDA: 1.5B + 0.5B + both).
+    model: str | None = None
+    draft_model: str | None = None  # None: the profile's when the model is defaulted too; "none": none
+    drafting: str | None = None  # None: the profile's, else "both" with a draft model, "lookup" without
     device: str = "auto"
     threads: int | None = None
     load_models: str = "eager"
@@ -79,6 +80,25 @@ class ServerOptions:
                 logger.warning("ignoring option %s=%r: %s", key, value, exc)
         return dataclasses.replace(self, **changes)
 
+    def resolved_models(self) -> tuple[str, str | None, str]:
+        """(target spec, draft spec or None, drafting mode) after applying the device's profile."""
+        from codespec.models import default_profile
+
+        profile = default_profile(self.device)
+        target = self.model or profile.target
+        if self.draft_model == "none":
+            draft = None
+        elif self.draft_model is not None:
+            draft = self.draft_model
+        else:
+            draft = profile.draft if self.model is None else None
+        drafting = self.drafting or (profile.drafting if self.model is None else "both" if draft else "lookup")
+        if drafting in ("model", "both") and draft is None:
+            drafting = "lookup" if drafting == "both" else "none"
+        if drafting in ("none", "lookup"):
+            draft = None  # not loaded when it would not be used
+        return target, draft, drafting
+
     def model_key(self) -> tuple[Any, ...]:
         """Options whose change needs the engine rebuilt."""
         return tuple(getattr(self, name) for name in self.MODEL_FIELDS)
@@ -110,7 +130,9 @@ def _coerce(name: str, value: Any) -> Any:
         if value not in choices:
             raise ValueError(f"expected one of {', '.join(choices)}")
         return value
-    if name == "draft_model" and value in (None, "", "none"):
+    if name == "draft_model" and value in ("", "none"):
+        return "none"
+    if name in ("model", "draft_model", "drafting") and value is None:
         return None
     if name == "debug_fail_marker" and value is None:
         return None

@@ -111,7 +111,7 @@ class CodespecServer(LanguageServer):
         return engine
 
     async def _load_engine(self, options: ServerOptions) -> Any:
-        token = await self._begin_progress("codespec: loading models", options.model)
+        token = await self._begin_progress("codespec: loading models", options.resolved_models()[0])
         loop = asyncio.get_running_loop()
         try:
             return await loop.run_in_executor(self.manager.executor, build_engine, options)
@@ -241,12 +241,11 @@ class CodespecServer(LanguageServer):
 
     def stats_report(self, recent: int) -> dict[str, Any]:
         report = self.stats.to_dict(recent)
-        report["engine"] = {
-            "loaded": self.engine is not None,
-            "model": self.options.model,
-            "draftModel": self.options.draft_model,
-            "drafting": self.options.drafting,
-        }
+        models = getattr(self.engine, "codespec_models", None)
+        if models is None:  # not loaded yet (resolving the device profile would import torch here)
+            o = self.options
+            models = {"model": o.model or "default", "draftModel": o.draft_model, "drafting": o.drafting}
+        report["engine"] = {"loaded": self.engine is not None, **models}
         report["positionEncoding"] = self.encoding
         return report
 
@@ -256,15 +255,12 @@ def build_engine(options: ServerOptions) -> Any:
     from codespec.engine import Engine
     from codespec.models import load_model
 
-    target = load_model(options.model, device=options.device, threads=options.threads)
-    draft = None
-    drafting = options.drafting
-    if drafting in ("model", "both"):
-        if options.draft_model:
-            draft = load_model(options.draft_model, device=options.device, threads=options.threads)
-        else:
-            drafting = "lookup" if drafting == "both" else "none"
-    return Engine(target, draft, drafting=drafting, step_delay_s=options.step_delay_s)
+    target_spec, draft_spec, drafting = options.resolved_models()
+    target = load_model(target_spec, device=options.device, threads=options.threads)
+    draft = load_model(draft_spec, device=options.device, threads=options.threads) if draft_spec else None
+    engine = Engine(target, draft, drafting=drafting, step_delay_s=options.step_delay_s)
+    engine.codespec_models = {"model": target_spec, "draftModel": draft_spec, "drafting": drafting}
+    return engine
 
 
 def set_log_level(level: str) -> None:
