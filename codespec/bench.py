@@ -198,25 +198,38 @@ def run_benchmark(engine, target, draft, prompts: Sequence[Prompt], modes: Seque
     return runs
 
 
+def decode_seconds(run: Run, plain_prefill: dict[str, float]) -> float:
+    """Time after the prefill. Our modes measure it; for transformers' modes the prefill of the same prompt
+    measured by our plain mode (the same model forward over the same tokens) is subtracted."""
+    if "decode_s" in run.stats:
+        return run.stats["decode_s"]
+    return max(run.seconds - plain_prefill.get(run.prompt, 0.0), 1e-9)
+
+
 def summarize(runs: Sequence[Run]) -> dict:
-    """Per prompt set and mode: tok/s, tau, acceptance, speedups vs plain and vs each transformers mode,
-    and divergences (outputs not identical to plain greedy of the same target)."""
+    """Per prompt set and mode: tok/s, tau, acceptance, speedups vs plain and vs each transformers mode
+    (end to end and decode only), and divergences (outputs not identical to plain greedy)."""
     summary: dict = {}
     for kind in sorted({r.kind for r in runs}):
         subset = [r for r in runs if r.kind == kind]
         reference = {r.prompt: r.tokens for r in subset if r.mode == "plain"}
+        plain_prefill = {r.prompt: r.stats.get("prefill_s", 0.0) for r in subset if r.mode == "plain"}
         per_mode: dict[str, dict] = {}
         for mode in dict.fromkeys(r.mode for r in subset):
             mine = [r for r in subset if r.mode == mode]
             seconds = sum(r.seconds for r in mine)
+            decode = sum(decode_seconds(r, plain_prefill) for r in mine)
             tokens = sum(len(r.tokens) for r in mine)
             forwards = sum(r.stats.get("target_forwards", 0) for r in mine)
             drafted = sum(r.stats.get("drafted", 0) for r in mine)
             accepted = sum(r.stats.get("accepted", 0) for r in mine)
             per_mode[mode] = {
                 "seconds": round(seconds, 3),
+                "decode_seconds": round(decode, 3),
+                "prefill_share": round(1 - decode / seconds, 3) if seconds else None,
                 "tokens": tokens,
                 "tokens_per_s": round(tokens / seconds, 2) if seconds else 0.0,
+                "decode_tokens_per_s": round(tokens / decode, 2) if decode else 0.0,
                 "tau": round(tokens / forwards, 2) if forwards else None,
                 "acceptance_rate": round(accepted / drafted, 3) if drafted else None,
                 "divergences": sum(1 for r in mine if reference.get(r.prompt) != r.tokens),
@@ -226,6 +239,8 @@ def summarize(runs: Sequence[Run]) -> dict:
             for base in ("plain", "hf-greedy", "hf-lookup", "hf-assisted"):
                 if base in per_mode and row["seconds"]:
                     row[f"speedup_vs_{base}"] = round(per_mode[base]["seconds"] / row["seconds"], 2)
+                    row[f"decode_speedup_vs_{base}"] = round(
+                        per_mode[base]["decode_seconds"] / row["decode_seconds"], 2)
         summary[kind] = per_mode
     return summary
 
@@ -234,21 +249,22 @@ def summarize(runs: Sequence[Run]) -> dict:
 
 
 def markdown_table(summary: dict, title: str) -> str:
-    lines = [f"### {title}", ""]
+    lines = [f"### {title}", "",
+             "Decode = after the prefill (the cost every mode shares); end to end = prefill included.", ""]
+    bases = [b for b in ("plain", "hf-greedy", "hf-lookup", "hf-assisted") if any(b in s for s in summary.values())]
     for kind, per_mode in summary.items():
-        lines += [f"**{kind}** prompts", "",
-                  "| mode | tok/s | tau | acceptance | vs plain | vs hf-greedy | vs hf-lookup | vs hf-assisted | divergences |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+        header = ["mode", "decode tok/s", "tau", "acceptance"]
+        header += [f"decode vs {b}" for b in bases] + ["end to end vs plain", "prefill share", "divergences"]
+        lines += [f"**{kind}** prompts", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for mode, row in per_mode.items():
             def cell(key, fmt="{:.2f}x", row=row):
                 value = row.get(key)
                 return fmt.format(value) if value is not None else "-"
 
-            lines.append(
-                f"| {mode} | {row['tokens_per_s']:.2f} | {cell('tau', '{:.2f}')} | {cell('acceptance_rate', '{:.0%}')} "
-                f"| {cell('speedup_vs_plain')} | {cell('speedup_vs_hf-greedy')} | {cell('speedup_vs_hf-lookup')} "
-                f"| {cell('speedup_vs_hf-assisted')} | {row['divergences']}/{row['prompts']} |"
-            )
+            cells = [mode, f"{row['decode_tokens_per_s']:.2f}", cell("tau", "{:.2f}"), cell("acceptance_rate", "{:.0%}")]
+            cells += [cell(f"decode_speedup_vs_{b}") for b in bases]
+            cells += [cell("speedup_vs_plain"), cell("prefill_share", "{:.0%}"), f"{row['divergences']}/{row['prompts']}"]
+            lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     return "\n".join(lines)
 
@@ -263,12 +279,12 @@ def plot(summary: dict, path: Path, title: str) -> None:
     fig, axes = plt.subplots(1, len(kinds), figsize=(6 * len(kinds), 4), squeeze=False)
     for ax, kind in zip(axes[0], kinds, strict=True):
         modes = list(summary[kind])
-        speedups = [summary[kind][m].get("speedup_vs_plain", 0) for m in modes]
+        speedups = [summary[kind][m].get("decode_speedup_vs_plain", 0) for m in modes]
         bars = ax.bar(modes, speedups, color=["#888" if m.startswith(("plain", "hf")) else "#2a7" for m in modes])
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.bar_label(bars, fmt="%.2fx")
         ax.set_title(f"{kind} prompts")
-        ax.set_ylabel("speedup vs plain greedy (same target)")
+        ax.set_ylabel("decode speedup vs plain greedy (same target)")
         ax.tick_params(axis="x", rotation=30)
     fig.suptitle(title)
     fig.tight_layout()
@@ -310,6 +326,7 @@ def register(subparsers, name: str, help: str) -> None:  # noqa: A002
     gen.add_argument("--threads", type=int)
     gen.add_argument("--out", default="docs", help="folder for the JSON, the plot and benchmarks.md")
     gen.add_argument("--no-docs", action="store_true", help="do not update docs/benchmarks.md")
+    gen.add_argument("--from-json", help="re-render the tables and plot of an earlier run's JSON (no model runs)")
     gen.set_defaults(func=run_generate)
     for bench_name, (module, bench_help) in SUBCOMMANDS.items():
         _register_sub_bench(sub, bench_name, module, bench_help)
@@ -346,6 +363,17 @@ def _delegate(module: str, name: str, args: argparse.Namespace) -> int:
 
 
 def run_generate(args: argparse.Namespace) -> int:
+    if args.from_json:
+        report = json.loads(Path(args.from_json).read_text())
+        runs = [Run(r["mode"], r["prompt"], r["kind"], r["seconds"], r.get("token_ids", [0] * r["tokens"]),
+                    r["stats"]) for r in report["runs"]]
+        # Files from before token ids were stored keep the divergence counts measured at run time.
+        measured = None if all("token_ids" in r for r in report["runs"]) else report["summary"]
+        label = report.get("label") or Path(args.from_json).stem.removeprefix("bench-generate-")
+        write_report(args, report["target"], report.get("draft"), label, report["machine"],
+                     report["max_new_tokens"], report.get("command", ""), runs, measured)
+        return 0
+
     import transformers
 
     from codespec.engine import Engine
@@ -367,24 +395,34 @@ def run_generate(args: argparse.Namespace) -> int:
     if unknown:
         raise CodespecError(f"unknown modes {sorted(unknown)}; known: {', '.join(ALL_MODES)}")
     runs = run_benchmark(engine, target, draft, prompts, modes, args.max_tokens)
-    summary = summarize(runs)
     label = target.name + (f" + {draft.name} draft" if draft else "")
+    command = (f"codespec bench generate --target {args.target}"
+               + (f" --draft-model {args.draft_model}" if args.draft_model else "")
+               + f" --set {args.set} --n {args.n} --max-tokens {args.max_tokens} --modes {args.modes}"
+               + (f" --threads {args.threads}" if args.threads else ""))
+    write_report(args, args.target, args.draft_model, label, machine_line(), args.max_tokens, command, runs)
+    return 0
+
+
+def write_report(args, target: str, draft: str | None, label: str, machine: str, max_new: int, command: str,
+                 runs: Sequence[Run], measured_divergences: dict | None = None) -> None:
+    summary = summarize(runs)
+    for kind, per_mode in (measured_divergences or {}).items():
+        for mode, row in per_mode.items():
+            summary[kind][mode]["divergences"] = row["divergences"]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     slug = re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")
-    report = {"target": args.target, "draft": args.draft_model, "max_new_tokens": args.max_tokens,
-              "machine": machine_line(), "summary": summary,
+    report = {"target": target, "draft": draft, "label": label, "max_new_tokens": max_new, "machine": machine,
+              "command": command, "summary": summary,
               "runs": [{"mode": r.mode, "prompt": r.prompt, "kind": r.kind, "seconds": round(r.seconds, 3),
-                        "tokens": len(r.tokens), "stats": r.stats} for r in runs]}
+                        "tokens": len(r.tokens), "token_ids": r.tokens, "stats": r.stats} for r in runs]}
     (out / f"bench-generate-{slug}.json").write_text(json.dumps(report, indent=1))
-    title = f"Decode speed, {label}, {args.max_tokens} new tokens ({machine_line()})"
+    title = f"Decode speed, {label}, {max_new} new tokens ({machine})"
     table = markdown_table(summary, title)
     print(table)
     plot(summary, out / f"bench-generate-{slug}.png", title)
     if not args.no_docs:
         update_markdown_section(out / "benchmarks.md", f"bench-generate-{slug}",
-                                table + f"\n![speedups](bench-generate-{slug}.png)\n\n"
-                                f"Reproduce: `codespec bench generate --target {args.target}"
-                                + (f" --draft-model {args.draft_model}" if args.draft_model else "")
-                                + f" --n {args.n} --max-tokens {args.max_tokens}`\n")
-    return 0
+                                table + f"\n![decode speedups](bench-generate-{slug}.png)\n\n"
+                                f"Reproduce: `{command}`\n")
