@@ -136,8 +136,8 @@ class Generation:
 
     def consistent_with(self, typed: str, *, postprocess: Callable[[str, Any], str]) -> bool:
         """Could this generation still serve a request after `typed`?"""
-        if self.error is not None or (self.token.cancelled and not self.done):
-            return False
+        if self.error is not None or self.token.cancelled:
+            return False  # a cancelled generation's text is cut short: never serve it as complete
         if self.done:
             full = postprocess(self.text, self.ctx)
             return len(full) > len(typed) and full.startswith(typed)

@@ -21,7 +21,7 @@ def generation(text: str, *, done: bool, anchor_text: str = "x = \ny = 2\n", off
         anchor=Anchor(uri="file:///a.py", version=1, text=anchor_text, offset=offset),
         ctx=Ctx(),
         prompt_ids=[],
-        token=Token(),
+        token=Token(),  # a fresh one per generation
         record=GenerationRecord(id=1, kind="request"),
         position=(0, 4),
         text=text,
@@ -52,6 +52,9 @@ def test_consistent_with_typed_prefix_of_the_suggestion():
     running = generation("comp", done=False)
     assert running.consistent_with("co", postprocess=identity)
     assert not running.consistent_with("compu", postprocess=identity)  # typed past what exists
+    cut_short = generation("compute(", done=True)
+    cut_short.token.cancelled = True  # a cancelled generation's text is not a complete suggestion
+    assert not cut_short.consistent_with("comp", postprocess=identity)
 
 
 def test_early_answer_waits_for_a_complete_first_line():

@@ -89,8 +89,9 @@ def test_stdout_is_protocol_only_and_every_request_is_answered():
         env=SERVER_ENV,
     )
     assert done.returncode == 0, done.stderr.decode()[-2000:]
-    replies = {m["id"]: m for m in parse_frames(done.stdout) if "id" in m}
-    assert sorted(replies) == [1, 2, 3, 4, 5]
+    messages = [m for m in parse_frames(done.stdout) if "id" in m]
+    assert sorted(m["id"] for m in messages) == [1, 2, 3, 4, 5]  # each request answered exactly once
+    replies = {m["id"]: m for m in messages}
     assert replies[1]["result"]["capabilities"]["positionEncoding"] == "utf-16"
     assert replies[2]["error"]["code"] == -32602
     assert replies[3]["result"] is None  # unknown document
