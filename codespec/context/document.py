@@ -99,6 +99,7 @@ class Document:
         self.edit_count = 0
         self.deferred_parses = 0  # parses given up for a keystroke's budget (see tree_within)
         self._skip_attempts = 0
+        self._backoff = 2
         self._edit_starts: deque[tuple[int, int]] = deque(maxlen=4096)  # (edit_count, start offset)
         self._replace_all(text)
 
@@ -157,10 +158,12 @@ class Document:
             return source[offset : offset + 2048]
 
         tree = self._parser.parse(read, self._tree)
-        if cut:
+        if cut:  # back off: in a long error state most keystrokes should not pay for a failed attempt
             self.deferred_parses += 1
-            self._skip_attempts = 3
+            self._backoff = min(self._backoff * 2, 32)
+            self._skip_attempts = self._backoff
             return self._tree
+        self._backoff = 2
         self._tree, self._tree_stale = tree, False
         self.parse_count += 1
         return tree

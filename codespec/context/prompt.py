@@ -51,6 +51,14 @@ _FAMILY_ALIASES = {
 }
 
 
+def single_token_id(tokenizer: PreTrainedTokenizerBase, token: str) -> int | None:
+    """The id of `token` when it is one vocabulary entry (cheap: no full vocabulary copy)."""
+    token_id = tokenizer.convert_tokens_to_ids(token)
+    if token_id is None or (token_id == tokenizer.unk_token_id and token != tokenizer.unk_token):
+        return None
+    return token_id
+
+
 def template_for(tokenizer: PreTrainedTokenizerBase, family: str = "auto") -> FimTemplate:
     """The template for a family name, or (auto) the first whose FIM markers the vocabulary has."""
     if family != "auto":
@@ -58,9 +66,10 @@ def template_for(tokenizer: PreTrainedTokenizerBase, family: str = "auto") -> Fi
         if key not in TEMPLATES:
             raise ValueError(f"unknown FIM family {family!r}; known: {', '.join(TEMPLATES)}")
         return TEMPLATES[key]
-    vocab = tokenizer.get_vocab()
     for template in TEMPLATES.values():
-        if template.prefix in vocab and template.middle in vocab:
+        if single_token_id(tokenizer, template.prefix) is not None and single_token_id(
+            tokenizer, template.middle
+        ):
             return template
     return TEMPLATES["qwen"]
 
@@ -125,7 +134,7 @@ class TokenCache:
     def special(self, marker: str) -> list[int]:
         ids = self._special.get(marker)
         if ids is None:
-            vocab_id = self.tokenizer.get_vocab().get(marker)
+            vocab_id = single_token_id(self.tokenizer, marker)
             text = " " + marker[1:] if marker.startswith("▁") else marker
             ids = [vocab_id] if vocab_id is not None else self.encode(text, cache=False)
             self._special[marker] = ids
