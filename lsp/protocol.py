@@ -4,6 +4,7 @@
   object hook raises inside `json.loads` and the read loop only logs it. Here such a request becomes
   an `InvalidRequest` marker that is answered with -32602, so every request gets a response.
 - Requests after `shutdown` are answered with -32600 instead of being ignored.
+- A custom or unknown request may omit `params` (JSON-RPC 2.0); pygls would answer -32602.
 - A notification method sent with an id (a request) is answered with -32600; pygls would drop the
   id and handle it as a notification, leaving the request unanswered.
 - `$/cancelRequest` for an already answered request is normal editor traffic: debug, not warning.
@@ -44,6 +45,8 @@ class CodespecProtocol(LanguageServerProtocol):
         if not (_is_request(data) and "jsonrpc" in data):
             return super().structure_message(data)
         request_type = self.get_message_type(data["method"]) or JsonRPCRequestMessage
+        if request_type is JsonRPCRequestMessage and "params" not in data:
+            data = {**data, "params": None}  # JSON-RPC 2.0: params may be omitted (codespec/stats)
         if attrs.has(request_type) and "id" not in attrs.fields_dict(request_type):
             # A notification method sent with an id is a request nobody handles: answer it, once.
             error = JsonRpcInvalidRequest(f"{data['method']} is a notification; it must not have an id")
