@@ -71,3 +71,13 @@ def test_stdout_stays_strictly_framed_under_garbage(server):
     server.send({"jsonrpc": "2.0", "id": "after-garbage", "method": "codespec/stats", "params": {}})
     assert "result" in server.wait_response("after-garbage")
     assert server.received.violations == []
+
+
+def test_params_may_be_omitted(server):
+    # JSON-RPC 2.0: "params" MAY be omitted; the method decides what it needs.
+    server.send({"jsonrpc": "2.0", "id": "no-params-stats", "method": "codespec/stats"})
+    assert "requests" in server.wait_response("no-params-stats")["result"]
+    server.send({"jsonrpc": "2.0", "id": "no-params-unknown", "method": "codespec/nope"})
+    assert server.wait_response("no-params-unknown")["error"]["code"] == -32601
+    server.send({"jsonrpc": "2.0", "id": "no-params-text", "method": "codespec/documentText"})
+    assert server.wait_response("no-params-text")["error"]["code"] == -32602
