@@ -23,6 +23,7 @@ from codespec.reliability.rpc import (
     WAIT_S,
     StdioServer,
     did_open,
+    document_text,
     inline_params,
     server_env,
     warm_up,
@@ -74,6 +75,7 @@ def test_stdin_closed_ends_the_server_with_nothing_left():
     with StdioServer("--load", "lazy") as server:
         server.initialize()
         did_open(server, "file:///faults/eof.py", "x = 1\n")
+        assert document_text(server, "file:///faults/eof.py")["text"] == "x = 1\n"  # settled
         started = time.perf_counter()
         server.proc.stdin.close()
         assert server.wait_exit(WAIT_S) == 1  # no shutdown came first
