@@ -57,9 +57,9 @@ SUPERSEDED_RESULT = Superseded()
 class ModelError(Exception):
     """The model path raised; the request gets an error response, the server keeps serving."""
 
-    def __init__(self, message: str, *, out_of_memory: bool = False):
+    def __init__(self, message: str, *, kind: str = "model"):
         super().__init__(message)
-        self.out_of_memory = out_of_memory
+        self.kind = kind  # "model" | "out-of-memory" | "load" (the error response's data.kind)
 
 
 @dataclass
@@ -420,7 +420,7 @@ class CompletionManager:
         record.finish_reason = reason
         if exc is not None:
             oom = isinstance(exc, MemoryError) or "out of memory" in str(exc).lower()
-            generation.error = ModelError(f"{type(exc).__name__}: {exc}", out_of_memory=oom)
+            generation.error = ModelError(f"{type(exc).__name__}: {exc}", kind="out-of-memory" if oom else "model")
             record.error = str(generation.error)
         stats = getattr(result, "stats", None)
         if stats is not None:

@@ -103,7 +103,7 @@ class CodespecServer(LanguageServer):
                 self._loading = None  # the next request tries again
             if isinstance(exc, ModelError):
                 raise
-            raise ModelError(f"loading models failed: {exc}") from exc
+            raise ModelError(f"loading models failed: {exc}", kind="load") from exc
         if self._loading_key == key:
             self.engine, self._engine_key = engine, key
             if hasattr(engine, "step_delay_s"):
@@ -130,6 +130,15 @@ class CodespecServer(LanguageServer):
             return None
         self.work_done_progress.begin(token, types.WorkDoneProgressBegin(title=title, message=message))
         return token
+
+    def report_load_failure(self, task: asyncio.Future) -> None:
+        """Eager loading failed: tell the user once (requests will retry the load and get -32603)."""
+        if task.cancelled() or task.exception() is None:
+            return
+        logger.error("%s", task.exception())
+        self.window_show_message(
+            types.ShowMessageParams(type=types.MessageType.Error, message=f"codespec: {task.exception()}")
+        )
 
     def _end_progress(self, token: str | None) -> None:
         if token is not None:
@@ -167,8 +176,7 @@ class CodespecServer(LanguageServer):
             outcome = CANCELLED
             raise
         except ModelError as exc:
-            kind = "out-of-memory" if exc.out_of_memory else "model"
-            raise JsonRpcException(message=str(exc), code=MODEL_ERROR_CODE, data={"kind": kind}) from exc
+            raise JsonRpcException(message=str(exc), code=MODEL_ERROR_CODE, data={"kind": exc.kind}) from exc
         finally:
             self.stats.finish_request(record, outcome, (time.perf_counter() - started) * 1000.0)
 
@@ -290,7 +298,7 @@ def create_server(options: ServerOptions) -> CodespecServer:
     def initialized(ls: CodespecServer, params: types.InitializedParams) -> None:
         if ls.options.load_models == "eager":
             task = asyncio.ensure_future(ls.ensure_engine())
-            task.add_done_callback(_log_load_failure)
+            task.add_done_callback(ls.report_load_failure)
 
     @server.feature(types.SHUTDOWN)
     def shutdown(ls: CodespecServer, *args: Any) -> None:
@@ -417,6 +425,3 @@ def _param(params: Any, name: str) -> Any:
     return getattr(params, name, None)
 
 
-def _log_load_failure(task: asyncio.Future) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        logger.error("loading models failed: %s", task.exception())

@@ -216,3 +216,20 @@ async def test_utf8_negotiation_lazy_progress_and_exit_during_generation():
 async def _generation_running(client) -> bool:
     report = await stats(client, recent=0)
     return report["generations"]["started"] > report["generations"]["finished"]
+
+
+@pytest.mark.asyncio
+async def test_model_load_failure_is_reported_and_the_server_keeps_serving():
+    async with session("--model", "tiny:not-a-seed") as client:
+        await wait_until(lambda: _message_shown(client), timeout=LOAD_WAIT_S)  # eager load failed
+        assert "seed must be an integer" in client.messages[-1].message
+        uri = "file:///load.py"
+        open_doc(client, uri, "x = ")
+        with pytest.raises(JsonRpcException) as error:
+            await bounded(inline(client, uri, 0, 4, trigger=1), LOAD_WAIT_S)  # the load is retried
+        assert error.value.code == -32603 and error.value.data == {"kind": "load"}
+        assert (await document_text(client, uri))["text"] == "x = "
+
+
+async def _message_shown(client) -> bool:
+    return any(m.type == types.MessageType.Error for m in client.messages)
