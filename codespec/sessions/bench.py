@@ -33,7 +33,12 @@ def register_bench(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--count", type=int, default=10, help="replay the N shortest sessions (default 10)")
     parser.add_argument("--speed", default="1", help="time factor or max (default 1: real typing speed)")
     parser.add_argument("--model", help="target model spec for the server (default: the server's)")
-    parser.add_argument("--draft-model", help="draft model spec for the speculative server")
+    parser.add_argument("--draft-model", help='draft model spec for the speculative server (or "none")')
+    parser.add_argument(
+        "--draft",
+        choices=["lookup", "model", "both"],
+        help="the speculative server's drafting (default: its own)",
+    )
     parser.add_argument("--threads", type=int, help="CPU threads for the server's model")
     parser.add_argument("--no-plain", action="store_true", help="skip the plain-decoding server")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for answers at a close")
@@ -48,6 +53,8 @@ def server_command(args: argparse.Namespace, *, plain: bool) -> list[str]:
         command += ["--model", args.model]
     if args.draft_model and not plain:
         command += ["--draft-model", args.draft_model]
+    if args.draft and not plain:
+        command += ["--draft", args.draft]
     if args.threads:
         command += ["--threads", str(args.threads)]
     if plain:
