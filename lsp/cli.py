@@ -19,7 +19,7 @@ def register(subparsers: argparse._SubParsersAction, name: str, help: str) -> No
     transport.add_argument("--stdio", action="store_true", help="speak LSP on stdin/stdout (default)")
     transport.add_argument("--tcp", action="store_true", help="listen for one LSP client on TCP")
     parser.add_argument("--host", default="127.0.0.1", help="TCP address (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=2087, help="TCP port (default 2087; 0 picks one)")
+    parser.add_argument("--port", type=int, default=2087, help="TCP port (default 2087)")
     parser.add_argument(
         "--allow-remote", action="store_true", help="allow a --host that is not a loopback address"
     )
@@ -40,29 +40,30 @@ def register(subparsers: argparse._SubParsersAction, name: str, help: str) -> No
 
 
 def options_from_args(args: argparse.Namespace):
-    from lsp.options import ServerOptions
+    from lsp.options import ServerOptions, coerce
 
-    settings = {
-        "model": args.model,
-        "draftModel": args.draft_model,
-        "drafting": args.draft,
-        "device": args.device,
-        "threads": args.threads,
-        "loadModels": args.load,
-        "maxTokens": args.max_tokens,
-        "streaming": args.streaming,
-        "logLevel": args.log_level,
-        "stepDelay": args.step_delay,
+    flags = {  # option key -> (flag, value)
+        "model": ("--model", args.model),
+        "draftModel": ("--draft-model", args.draft_model),
+        "drafting": ("--draft", args.draft),
+        "device": ("--device", args.device),
+        "threads": ("--threads", args.threads),
+        "loadModels": ("--load", args.load),
+        "maxTokens": ("--max-tokens", args.max_tokens),
+        "streaming": ("--streaming", args.streaming),
+        "logLevel": ("--log-level", args.log_level),
+        "stepDelay": ("--step-delay", args.step_delay),
     }
-    given = {key: value for key, value in settings.items() if value is not None}
-    options = ServerOptions()
-    updated = options.updated(given)
-    for key, value in given.items():  # the command line must not silently drop a bad value
-        field = ServerOptions.KEYS[key]
-        expected = value
-        if getattr(updated, field) != expected:
-            raise CodespecError(f"invalid value for --{key}: {value!r}")
-    return updated
+    given = {}
+    for key, (flag, value) in flags.items():
+        if value is None:
+            continue
+        try:
+            coerce(ServerOptions.KEYS[key], value)  # the command line must not silently drop a bad value
+        except (TypeError, ValueError) as exc:
+            raise CodespecError(f"{flag} {value}: {exc}") from None
+        given[key] = value
+    return ServerOptions().updated(given)
 
 
 def check_host(host: str, allow_remote: bool) -> None:

@@ -75,7 +75,7 @@ class ServerOptions:
                 logger.warning("ignoring unknown option %r", key)
                 continue
             try:
-                changes[name] = _coerce(name, value)
+                changes[name] = coerce(name, value)
             except (TypeError, ValueError) as exc:
                 logger.warning("ignoring option %s=%r: %s", key, value, exc)
         return dataclasses.replace(self, **changes)
@@ -104,7 +104,8 @@ class ServerOptions:
         return tuple(getattr(self, name) for name in self.MODEL_FIELDS)
 
 
-def _coerce(name: str, value: Any) -> Any:
+def coerce(name: str, value: Any) -> Any:
+    """The validated value of option field `name`; TypeError/ValueError when it is bad."""
     bool_fields = {"streaming", "cache", "typing_along", "early_answer", "prefetch"}
     if name in bool_fields:
         if not isinstance(value, bool):
