@@ -317,6 +317,7 @@ class ReplayResult:
     session_stats: list[Any] = field(default_factory=list)  # codespec/stats after each play
     sessions: list[str] = field(default_factory=list)
     wall_s: float = 0.0
+    max_send_lag_ms: float = 0.0
     notifications: dict[str, int] = field(default_factory=dict)
 
 
@@ -388,9 +389,13 @@ class Replayer:
             if self.pending:
                 await self._wait_pending(list(self.pending), self.drain_timeout_s)
             return
-        delay = start + (t - t0) / self.speed - time.perf_counter()
+        target = start + (t - t0) / self.speed
+        delay = target - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
+        # how late the replayer itself sends (a busy machine): reported so that its fidelity is known
+        lag_ms = (time.perf_counter() - target) * 1000.0
+        self.result.max_send_lag_ms = max(self.result.max_send_lag_ms, lag_ms)
 
     async def _wait_pending(self, ids: list[int], timeout: float) -> None:
         futures = [self.pending[i] for i in ids if i in self.pending]
@@ -642,6 +647,7 @@ def summarize(result: ReplayResult, label: str | None = None) -> dict[str, Any]:
         "other_requests": result.other_requests,
         "other_errors": result.other_errors,
         "server_stats": result.server_stats,
+        "max_send_lag_ms": round(result.max_send_lag_ms, 1),
         "first_error": next((r.error for r in records if r.outcome == "error"), None),
         "wall_s": round(result.wall_s, 3),
     }
@@ -675,7 +681,7 @@ def format_table(summary: dict[str, Any]) -> str:
             "final text checked",
             f"{summary['documents_checked']} docs, {summary['documents_mismatched']} mismatched",
         ),
-        ("wall time", f"{summary['wall_s']:.1f} s"),
+        ("wall time / max send lag", f"{summary['wall_s']:.1f} s / {summary['max_send_lag_ms']:.0f} ms"),
     ]
     width = max(len(name) for name, _ in rows)
     lines = [f"{name:<{width}}  {value}" for name, value in rows]
