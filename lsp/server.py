@@ -112,6 +112,12 @@ class CodespecServer(LanguageServer):
 
     async def _load_engine(self, options: ServerOptions) -> Any:
         token = await self._begin_progress("codespec: loading models", options.resolved_models()[0])
+        # Import on this thread first: transformers' lazy modules are not safe to import from two
+        # threads at once, and a didOpen during the load imports the context room (measured: an
+        # ImportError of PreTrainedTokenizerBase, the document lost).
+        import codespec.context  # noqa: F401
+        import codespec.engine  # noqa: F401
+
         loop = asyncio.get_running_loop()
         try:
             return await loop.run_in_executor(self.manager.executor, build_engine, options)

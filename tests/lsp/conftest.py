@@ -1,6 +1,6 @@
 import pytest_asyncio
 
-from tests.lsp.helpers import FAIL_MARKER, capabilities, session
+from tests.lsp.helpers import FAIL_MARKER, FIRST_DOC, capabilities, open_doc, session
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -11,4 +11,5 @@ async def client():
         init_options={"streaming": True, "debugFailMarker": FAIL_MARKER, "maxTokens": 24},
         caps=capabilities(progress=True),
     ) as c:
+        open_doc(c, FIRST_DOC, "opened = 'while the models load'\n")  # races the eager load
         yield c

@@ -221,10 +221,11 @@ async def _generation_running(client) -> bool:
 @pytest.mark.asyncio
 async def test_model_load_failure_is_reported_and_the_server_keeps_serving():
     async with session("--model", "tiny:not-a-seed") as client:
+        uri = "file:///load.py"
+        open_doc(client, uri, "x = ")  # while the worker imports the engine (once lost the document)
         await wait_until(lambda: _message_shown(client), timeout=LOAD_WAIT_S)  # eager load failed
         assert "seed must be an integer" in client.messages[-1].message
-        uri = "file:///load.py"
-        open_doc(client, uri, "x = ")
+        assert len(client.messages) == 1
         with pytest.raises(JsonRpcException) as error:
             await bounded(inline(client, uri, 0, 4, trigger=1), LOAD_WAIT_S)  # the load is retried
         assert error.value.code == -32603 and error.value.data == {"kind": "load"}

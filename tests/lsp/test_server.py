@@ -12,6 +12,7 @@ from pygls.exceptions import JsonRpcException
 from tests.lsp.helpers import (
     DEFAULTS,
     FAIL_MARKER,
+    FIRST_DOC,
     LOAD_WAIT_S,
     advance,
     bounded,
@@ -82,6 +83,8 @@ async def test_capabilities_and_loading_progress(client):
         )
 
     await wait_until(progress_ended, timeout=LOAD_WAIT_S)
+    # A document opened while the models loaded is there (imports from two threads once lost it).
+    assert await document_text(client, FIRST_DOC) == {"text": "opened = 'while the models load'\n", "version": 1}
     (reports,) = client.progress_reports.values()
     assert isinstance(reports[0], types.WorkDoneProgressBegin)
     assert reports[0].title == "codespec: loading models"
