@@ -70,6 +70,7 @@ class ContextConfig:
     neighbour_min_score: float = 0.05
     neighbour_refresh_lines: int = 16  # neighbours are re-ranked when the cursor enters another block
     max_block_lines: int = 16
+    heal_whitespace: bool = True  # leave trailing whitespace before the cursor out of the prompt
     parse_budget_s: float = 0.003  # a keystroke's re-parse; over it, the edited previous tree is used
     family: str = "auto"  # FIM template: auto | qwen | starcoder | codellama | deepseek
     repo_name: str = ""  # repository format; default: the file's parent directory name
@@ -96,6 +97,7 @@ class CompletionContext:
     reason: str = ""  # why this mode
     stop_rule: str = ""  # the stop rule in words
     line_prefix: str = ""  # the cursor line before / after the cursor
+    healed: str = ""  # trailing whitespace of line_prefix left out of the prompt (token healing)
     line_suffix: str = ""
     header: str = ""  # imports and enclosing signatures kept from above the window
     window_start_line: int = 0
@@ -423,7 +425,9 @@ def _next_nonblank(doc: Document, line: int) -> str:
 
 def _make_stop(decision: ModeDecision, ctx: CompletionContext, doc: Document, config: ContextConfig, info):
     if decision.mode == "line":
-        return LineStop(ctx.line_suffix), "line: end of line, or before text repeating the rest of the line"
+        return LineStop(
+            ctx.line_suffix, ctx.healed
+        ), "line: end of line, or before text repeating the rest of the line"
     following = _next_nonblank(doc, ctx.line)
     closes = (
         bool(following.strip())
@@ -433,7 +437,8 @@ def _make_stop(decision: ModeDecision, ctx: CompletionContext, doc: Document, co
     )
     rule = BlockStop(
         opener_indent=decision.opener_indent,
-        line_prefix=ctx.line_prefix,
+        line_prefix=ctx.line_prefix[: len(ctx.line_prefix) - len(ctx.healed)],
+        healed=ctx.healed,
         suffix_first_line=following,
         suffix_has_closer=closes,
         max_lines=config.max_block_lines,
@@ -494,11 +499,17 @@ def build_context(
     template = tokens.template(config.family)
     ctx.mode, ctx.family, ctx.opener_indent = decision.mode, template.family, decision.opener_indent
     ctx.max_lines = 1 if decision.mode == "line" else config.max_block_lines
-    ctx.stop, ctx.stop_rule = _make_stop(decision, ctx, doc, config, info)
 
     prefix_budget = int(config.max_prompt_tokens * (1 - config.suffix_fraction))
     suffix_budget = config.max_prompt_tokens - prefix_budget
+    # Token healing: trailing spaces/tabs before the cursor stay out of the prompt (BPE tokens carry
+    # their leading space: a prompt ending in "    " makes models indent again); the model writes
+    # them itself and `strip_healed_whitespace` removes them from the completion.
     line_prefix = ctx.line_prefix[-4 * prefix_budget :]
+    if config.heal_whitespace:
+        kept = line_prefix.rstrip(" \t")
+        ctx.healed = line_prefix[len(kept) :]
+        line_prefix = kept
     header_budget = int(prefix_budget * config.header_fraction)
     window_budget = max(prefix_budget - tokens.count_line(line_prefix), 0)
     step_chars = max(64, int(prefix_budget * config.window_step_fraction * _chars_per_token(tokens)))
@@ -520,6 +531,7 @@ def build_context(
     window = "".join(doc.line_text(row) + "\n" for row in range(start, line))
     ctx.header, ctx.window_start_line = header, start
     ctx.prefix = header + window + line_prefix
+    ctx.stop, ctx.stop_rule = _make_stop(decision, ctx, doc, config, info)
     # The suffix follows the cursor in the prompt, so it is never shared with the previous prompt:
     # keep it in proportion to the prefix actually there (short near the top of a file).
     prefix_tokens = len(tokens.encode(header)) + len(tokens.encode(window)) + len(tokens.encode(line_prefix))

@@ -23,6 +23,18 @@ def normalize_newlines(text: str, ctx: CompletionContext) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
+def strip_healed_whitespace(text: str, ctx: CompletionContext) -> str:
+    """The whitespace before the cursor was left out of the prompt (token healing); the model wrote it
+    again: remove it (or as much of it as the completion starts with)."""
+    healed = ctx.healed
+    if not healed:
+        return text
+    if text.startswith(healed):
+        return text[len(healed) :]
+    leading = len(text) - len(text.lstrip(" \t"))
+    return text[min(leading, len(healed)) :] if healed.startswith(text[:leading]) else text
+
+
 def limit_lines(text: str, ctx: CompletionContext) -> str:
     """At most `max_lines` lines (a leading newline, the cursor's own line ending, does not count)."""
     if ctx.max_lines <= 0:
@@ -240,6 +252,7 @@ def to_document_eol(text: str, ctx: CompletionContext) -> str:
 
 FILTERS: list[Filter] = [
     normalize_newlines,
+    strip_healed_whitespace,
     limit_lines,
     trim_suffix_line_overlap,
     trim_closing_overlap,

@@ -72,8 +72,15 @@ class LineStop:
     may start on the next line), or before text that repeats the rest of the cursor's line."""
 
     line_suffix: str = ""
+    healed: str = ""  # whitespace before the cursor the model is expected to write again
 
     def __call__(self, text: str) -> int | None:
+        if self.healed and text.startswith(self.healed):
+            keep = self._judge(text[len(self.healed) :])
+            return None if keep is None else keep + len(self.healed)
+        return self._judge(text)
+
+    def _judge(self, text: str) -> int | None:
         newline = text.find("\n")
         if newline >= 0 and not text[:newline].strip():
             second = text.find("\n", newline + 1)
@@ -95,7 +102,8 @@ class BlockStop:
     or before a line that repeats the first line of the suffix."""
 
     opener_indent: int
-    line_prefix: str = ""  # text of the cursor line before the cursor
+    line_prefix: str = ""  # text of the cursor line before the cursor (without `healed`)
+    healed: str = ""  # whitespace before the cursor left out of the prompt
     suffix_first_line: str = ""  # first non-blank line after the cursor line
     suffix_has_closer: bool = False  # that line already closes the block (`}` / `end` at opener level)
     max_lines: int = 16
@@ -119,9 +127,17 @@ class BlockStop:
             self._judged = text[: newline + 1]
             position = newline + 1
 
+    def _healed_first(self, line: str) -> str:
+        """The first line as it will stand in the document: whitespace left out of the prompt before
+        the cursor is there whether or not the model writes it again."""
+        leading = line[: len(line) - len(line.lstrip(" \t"))]
+        if self.healed and self.healed.startswith(leading):
+            return self.healed + line[len(leading) :]
+        return line
+
     def _judge(self, line: str, position: int, *, complete: bool) -> int | None:
         first = position == 0
-        effective = self.line_prefix + line if first else line
+        effective = self.line_prefix + self._healed_first(line) if first else line
         stripped = effective.strip()
         continues_opener = first and bool(self.line_prefix.strip())  # cursor at the end of the opener line
         if stripped and not continues_opener and indent_width(effective, self.tab_size) <= self.opener_indent:

@@ -56,15 +56,17 @@ class EchoEngine:
     """Generates the true middle (what a perfect model would): the harness must score it as passing."""
 
     def __init__(self, tasks) -> None:
-        self.answers = {t.prefix[-200:]: t.middle for t in tasks}
-        self.current = ""
+        # The prompt leaves the indentation before the cursor out (token healing): a model writes it.
+        self.answers = {
+            t.prefix.rstrip(" \t")[-60:]: t.prefix[len(t.prefix.rstrip(" \t")) :] + t.middle for t in tasks
+        }
 
     def generate(self, prompt_ids, **kwargs):
         from types import SimpleNamespace
 
         text = tiny_tokenizer().decode(prompt_ids)
         prefix = text.split("<|fim_suffix|>")[0]
-        middle = next(m for key, m in self.answers.items() if prefix.endswith(key[-60:]))
+        middle = next(m for key, m in self.answers.items() if prefix.endswith(key))
         return SimpleNamespace(text=middle, stats=SimpleNamespace(to_dict=dict))
 
 
