@@ -218,6 +218,7 @@ def test_cuda_absent_and_a_corrupt_or_read_only_cache_are_clear_errors(read_only
             error = completion(server, "file:///faults/cuda.py", "x = ")["error"]
             print("cuda:", error["message"])
             assert error["code"] == -32603 and "CUDA is not available" in error["message"], error
+            assert error["data"]["kind"] == "load", error
         configure(server, device="cpu", model="bundled:qwen2.5-coder-0.5b")
         error = completion(server, "file:///faults/corrupt.py", "y = ")["error"]
         assert error["code"] == -32603, error
@@ -226,7 +227,7 @@ def test_cuda_absent_and_a_corrupt_or_read_only_cache_are_clear_errors(read_only
         configure(server, model="bundled:qwen2.5-coder-1.5b")
         error = completion(server, "file:///faults/read-only.py", "z = ")["error"]
         print("read-only cache:", error["message"])
-        assert error["code"] == -32603, error
+        assert error["code"] == -32603 and error["data"]["kind"] == "load", error
         assert "not permitted" in error["message"] or "denied" in error["message"], error
         configure(server, model="tiny")
         assert_serving(server, "file:///faults/recovered.py")
