@@ -20,7 +20,6 @@ import dataclasses
 import itertools
 import logging
 import re
-import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -28,16 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lsp.options import ServerOptions
-from lsp.stats import (
-    ANSWERED,
-    CANCELLED,
-    EMPTY,
-    ERROR,
-    SUPERSEDED,
-    GenerationRecord,
-    RequestRecord,
-    ServerStats,
-)
+from lsp.stats import GenerationRecord, RequestRecord, ServerStats
 
 logger = logging.getLogger(__name__)
 
@@ -487,7 +477,9 @@ class CompletionManager:
                 waiter.record.prefill_tokens = waiter.record.reused_tokens = 0
             if rest:
                 generation.shown = True
-                self._recent.setdefault(generation.anchor.uri, deque(maxlen=RECENT_COMPLETIONS)).append(suggestion)
+                recent = self._recent.setdefault(generation.anchor.uri, deque(maxlen=RECENT_COMPLETIONS))
+                if not recent or recent[-1] != suggestion:
+                    recent.append(suggestion)
             waiter.future.set_result(Answer(text=rest, generation=generation.id, source=waiter.source))
         if generation.done:
             self._maybe_prefetch(generation)
@@ -549,13 +541,10 @@ def encode_prompt(tokenizer: Any, prompt: str) -> list[int]:
 
 def _recover_engine(engine: Any, exc: BaseException) -> None:
     """After a failure the KV cache may be half-written: drop it; free accelerator memory on OOM."""
-    for name in ("reset", "reset_cache", "clear_cache"):
-        if callable(getattr(engine, name, None)):
-            try:
-                getattr(engine, name)()
-            except Exception:
-                logger.exception("engine.%s() failed", name)
-            break
+    try:
+        engine.reset_cache()
+    except Exception:
+        logger.exception("engine.reset_cache() failed")
     if "out of memory" in str(exc).lower() or isinstance(exc, MemoryError):
         try:
             import torch
@@ -564,21 +553,3 @@ def _recover_engine(engine: Any, exc: BaseException) -> None:
                 torch.cuda.empty_cache()
         except Exception:
             pass
-
-
-def monotonic_ms() -> float:
-    return time.perf_counter() * 1000.0
-
-
-__all__ = [
-    "ANSWERED",
-    "CANCELLED",
-    "EMPTY",
-    "ERROR",
-    "SUPERSEDED",
-    "Anchor",
-    "Answer",
-    "CompletionManager",
-    "ModelError",
-    "SUPERSEDED_RESULT",
-]
