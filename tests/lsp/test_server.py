@@ -433,6 +433,37 @@ async def test_typing_along_a_running_generation_keeps_it(client):
     assert item_text(result) is not None
 
 
+async def test_request_storm_every_request_answered_once_and_workers_stopped(client):
+    """Keystroke-rate traffic: requests, edits and cancels interleaved; nothing is left hanging."""
+    uri = "file:///t/storm.py"
+    open_doc(client, uri, PY_DOC)
+    delay(client, 0.02)
+    before = await settle(client)
+    line, character = end_position(PY_DOC)
+    futures, version = [], 1
+    for i in range(24):
+        futures.append(inline(client, uri, line, character, trigger=1 + i % 2))
+        if i % 3 == 0:
+            version += 1
+            insert(client, uri, version, line, character, "xy"[i % 2])
+            character += 1
+        if i % 4 == 1:
+            cancel_request(client, futures[-1].msg_id)
+    outcomes = []
+    for future in futures:
+        try:
+            outcomes.append("null" if await bounded(future) is None else "result")
+        except JsonRpcException as error:
+            outcomes.append(error.code)
+    assert set(outcomes) <= {"null", "result", -32800}
+    assert outcomes[-1] == "result"  # the newest request is never superseded
+    report = await settle(client)
+    assert report["requests"] - before["requests"] == len(futures)
+    assert report["pending"] == 0
+    finished = [g for g in report["generations"]["recent"] if g["id"] > max((g["id"] for g in before["generations"]["recent"]), default=0)]
+    assert all((g["forwardsAfterCancel"] or 0) <= 1 for g in finished)
+    assert (await document_text(client, uri))["version"] == version
+
 async def test_zz_vanished_client_during_a_generation_ends_the_process(client):
     """Last in the module (it ends the shared server): the editor dies mid-generation."""
     uri = "file:///t/gone.py"
