@@ -517,12 +517,9 @@ def _send(server, report, model, data, must, maybe, count=True, kind="") -> None
 
 
 def _final_check(server, report, must, maybe, probes, wait: float = 10.0) -> None:
-    responses = server.received.responses
     server.wait_until(lambda received: all(received.responses.get(k) for k in must), wait)
     time.sleep(0.3)  # a late duplicate would arrive now
-    with server._cond:
-        answered = {key: len(items) for key, items in responses.items()}
-        report.violations = list(server.received.violations)
+    answered, report.violations = server.answer_counts()
     report.missing = [json.loads(k) for k in sorted(must) if not answered.get(k)]
     report.missing_by_kind = {}
     for key in (k for k in must if not answered.get(k)):

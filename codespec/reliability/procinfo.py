@@ -44,19 +44,6 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
-def children(pid: int) -> list[int]:
-    found = []
-    for entry in PROC.iterdir():
-        if entry.name.isdigit() and (fields := _stat_fields(entry.name)) is not None:
-            if int(fields[1]) == pid and fields[0] != "Z":
-                found.append(int(entry.name))
-    return found
-
-
-def threads(pid: int) -> int:
-    return len(os.listdir(PROC / str(pid) / "task"))
-
-
 def _socket_inodes(pid: int) -> set[str]:
     inodes = set()
     fd_dir = PROC / str(pid) / "fd"

@@ -172,9 +172,8 @@ class StdioServer:
 
     def close(self) -> None:
         """End the process however it is doing (bounded), and its whole process group."""
-        for stream in (self.proc.stdin,):
-            with contextlib.suppress(Exception):
-                stream.close()  # type: ignore[union-attr]
+        with contextlib.suppress(Exception):
+            self.proc.stdin.close()  # type: ignore[union-attr]
         if self.wait_exit(5.0) is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.pid, 9)
@@ -213,6 +212,12 @@ class StdioServer:
                     raise NoResponse(f"no response to {msg_id!r} within {timeout}s")
                 self._cond.wait(left)
             return self.received.responses[key][0]
+
+    def answer_counts(self) -> tuple[dict[str, int], list[str]]:
+        """How many responses each id key got, and the stdout violations, at this moment."""
+        with self._cond:
+            counts = {key: len(items) for key, items in self.received.responses.items()}
+            return counts, list(self.received.violations)
 
     def responses_for(self, msg_id: Any) -> list[dict[str, Any]]:
         with self._cond:
@@ -325,15 +330,6 @@ def inline_params(uri: str, line: int, character: int, trigger: int = 1) -> dict
 
 def document_text(server: StdioServer, uri: str, timeout: float = WAIT_S) -> dict[str, Any] | None:
     return server.result("codespec/documentText", {"uri": uri}, timeout)
-
-
-def healthy(server: StdioServer, timeout: float = WAIT_S) -> bool:
-    """The server still answers a valid request with a well-formed result."""
-    try:
-        report = server.result("codespec/stats", {}, timeout)
-    except (ServerGone, NoResponse, RuntimeError, OSError):
-        return False
-    return isinstance(report, dict) and "requests" in report
 
 
 def warm_up(server: StdioServer, timeout: float = START_WAIT_S) -> None:
