@@ -154,6 +154,7 @@ class CompletionManager:
         self._generations: dict[str, list[Generation]] = {}
         self._waiters: dict[str, list[Waiter]] = {}
         self._recent: dict[str, deque[str]] = {}  # shown suggestions per document, for prompt lookup
+        self._activity: dict[str, int] = {}  # per document: bumped by every request and edit
         self._closed = False
         self.encoding = "utf-16"  # the negotiated position encoding, for virtual documents
 
@@ -202,6 +203,7 @@ class CompletionManager:
     ) -> Answer | Superseded | None:
         """The suggestion for `anchor` (the request's cursor); None when there is none."""
         options = self._options()
+        self._bump(anchor.uri)
         # Inline and completion requests are separate streams (a client may send both per keystroke).
         self._supersede_waiters(anchor.uri, method=record.method)
 
@@ -274,6 +276,7 @@ class CompletionManager:
         """didChange: pending requests for the document are stale; generations the edit is not
         consistent with (anything but typing their text at their cursor) are cancelled."""
         self._supersede_waiters(uri)
+        self._bump(uri)
         options = self._options()
         for generation in self._generations.get(uri, []):
             if generation.done or generation.token.cancelled:
@@ -293,6 +296,7 @@ class CompletionManager:
 
     def document_closed(self, uri: str) -> None:
         self._supersede_waiters(uri)
+        self._bump(uri)
         self._cancel_generations(uri)
         self._generations.pop(uri, None)
 
@@ -477,6 +481,7 @@ class CompletionManager:
                 waiter.record.prefill_tokens = waiter.record.reused_tokens = 0
             if rest:
                 generation.shown = True
+                generation.prefetched = False  # shown again (later request): prefetch after this one
                 recent = self._recent.setdefault(generation.anchor.uri, deque(maxlen=RECENT_COMPLETIONS))
                 if not recent or recent[-1] != suggestion:
                     recent.append(suggestion)
@@ -486,7 +491,13 @@ class CompletionManager:
 
     # ----- prefetch --------------------------------------------------------------------------------
 
+    def _bump(self, uri: str) -> None:
+        self._activity[uri] = self._activity.get(uri, 0) + 1
+
     def _maybe_prefetch(self, generation: Generation) -> None:
+        """After a shown suggestion's generation ended: after `prefetchDelay` without activity on the
+        document, generate what follows accepting it. The delay keeps the (uncancellable) prefill of
+        a prefetch out of the way of the next keystroke when the user types on instead."""
         options = self._options()
         if not (options.prefetch and options.cache) or self._closed:
             return
@@ -494,15 +505,22 @@ class CompletionManager:
             return
         if generation.record.finish_reason == "cancelled":
             return
-        kept = self._generations.get(generation.anchor.uri, [])
-        if any(not g.done for g in kept):
-            return  # something newer is already running for this document
         generation.prefetched = True
+        uri = generation.anchor.uri
+        activity = self._activity.get(uri, 0)
+        loop = asyncio.get_running_loop()
+        loop.call_later(options.prefetch_delay_s, self._prefetch_if_idle, generation, uri, activity)
+
+    def _prefetch_if_idle(self, generation: Generation, uri: str, activity: int) -> None:
+        if self._closed or self._activity.get(uri, 0) != activity:
+            return  # typed on, asked again or closed since: the prefetch would be stale
+        if any(not g.done for g in self._generations.get(uri, [])):
+            return  # something newer is already running for this document
         suggestion = self.postprocess(generation.text, generation.ctx)
         if not suggestion:
             return
         try:
-            self._start_prefetch(generation, suggestion, options)
+            self._start_prefetch(generation, suggestion, self._options())
         except Exception:
             logger.exception("prefetch after generation %d failed", generation.id)
 

@@ -35,6 +35,7 @@ class ServerOptions:
     typing_along: bool = True  # answer from the suggestion when typed text matches it
     early_answer: bool = True  # answer after the first line, keep generating the block
     prefetch: bool = True  # after a shown suggestion, generate what follows its acceptance
+    prefetch_delay_s: float = 0.1  # ... once the document has been idle this long
     # Hidden, for tests: simulated per-step model delay and a fault trigger.
     step_delay_s: float = 0.0
     debug_fail_marker: str | None = None
@@ -57,6 +58,7 @@ class ServerOptions:
         "typingAlong": "typing_along",
         "earlyAnswer": "early_answer",
         "prefetch": "prefetch",
+        "prefetchDelay": "prefetch_delay_s",
         "stepDelay": "step_delay_s",
         "debugFailMarker": "debug_fail_marker",
     }
@@ -117,7 +119,7 @@ def coerce(name: str, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError("expected a positive integer")
         return value
-    if name == "step_delay_s":
+    if name in ("step_delay_s", "prefetch_delay_s"):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
             raise ValueError("expected seconds >= 0")
         return float(value)

@@ -199,7 +199,15 @@ def item_text(result: Any) -> str | None:
 
 FAIL_MARKER = "codespec_simulated_failure_marker"
 FIRST_DOC = "file:///t/first.py"
-DEFAULTS = {"stepDelay": 0.0, "earlyAnswer": True, "maxTokens": 24, "cache": True, "typingAlong": True, "prefetch": True}
+DEFAULTS = {
+    "stepDelay": 0.0,
+    "earlyAnswer": True,
+    "maxTokens": 24,
+    "cache": True,
+    "typingAlong": True,
+    "prefetch": True,
+    "prefetchDelay": 0.0,  # prefetch at once: settle() then sees it
+}
 
 
 def configure(client: LanguageClient, **settings: Any) -> None:
