@@ -226,7 +226,7 @@ def prefer_parsable(text: str, ctx: CompletionContext) -> str:
     deadline = time.perf_counter() + 10 * ctx.parse_budget_s
     chosen = text
     for keep in range(len(lines), 0, -1):
-        candidate = "\n".join(lines[:keep])
+        candidate = "\n".join(lines[:keep]).rstrip()
         if not candidate.strip() or time.perf_counter() > deadline:
             break
         if _error_count(doc.parse_with_insertion(ctx.offset, candidate.replace("\n", ctx.eol))) <= baseline:
@@ -259,8 +259,8 @@ FILTERS: list[Filter] = [
     drop_repeated_suffix,
     normalize_indentation,
     fix_first_line_indent,
-    trim_trailing_whitespace,
     prefer_parsable,
+    trim_trailing_whitespace,
     drop_whitespace_only,
     to_document_eol,
 ]
