@@ -175,9 +175,50 @@ left it, "post" = after post-processing.
     update_markdown_section(path, "humaneval-infilling", body)
 
 
+class StoredEngine:
+    """Replays the raw generations of an earlier run (`--rescore`): post-processing can be re-scored
+    without a model, as long as the prompts are the same (the rows say what was generated for them)."""
+
+    def __init__(self, rows: list[dict], tasks: list[InfillTask]) -> None:
+        self.by_prefix = {t.prefix + t.suffix: r["raw"] for t, r in zip(tasks, rows, strict=True)}
+        self.current = ""
+
+    def generate(self, prompt_ids, **kwargs):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(text=self.by_prefix[self.current], stats=SimpleNamespace(to_dict=dict))
+
+
+def rescore(path: str) -> list[dict]:
+    from codespec.context.cli import load_tokenizer
+
+    rows = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    tasks_by_key = {}
+    for kind in sorted({r["kind"] for r in rows}):
+        for task in build_tasks(kind, 10_000):
+            tasks_by_key[(task.task_id, kind)] = task
+    tasks = [tasks_by_key[(r["task_id"], r["kind"])] for r in rows]
+    engine = StoredEngine(rows, tasks)
+    tokenizer = load_tokenizer("bundled:qwen2.5-coder-0.5b")
+    out = []
+    for task, row in zip(tasks, rows, strict=True):
+        engine.current = task.prefix + task.suffix
+        scored = run_tasks([task], engine, tokenizer, max_new_tokens=0)[0]
+        scored["seconds"] = row["seconds"]
+        out.append(scored)
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     from codespec.engine import Engine
     from codespec.models import load_model
+
+    if args.rescore:
+        rows = rescore(args.rescore)
+        print(json.dumps(summarize(rows), indent=2))
+        if args.jsonl:
+            Path(args.jsonl).write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+        return 0
 
     target = load_model(args.model, threads=args.threads)
     draft = load_model(args.draft_model, threads=args.threads) if args.draft_model else None
@@ -211,6 +252,9 @@ def register_bench(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jsonl", help="write per-task rows here")
     parser.add_argument("--out", default="docs")
     parser.add_argument("--no-docs", action="store_true")
+    parser.add_argument(
+        "--rescore", metavar="ROWS.jsonl", help="re-apply post-processing to a run's raw outputs"
+    )
     parser.set_defaults(func=run)
 
 

@@ -179,17 +179,16 @@ def _tabs_to_spaces(line: str, unit: str) -> str:
 
 
 def fix_first_line_indent(text: str, ctx: CompletionContext) -> str:
-    """The cursor already stands at the block's indentation: drop extra leading whitespace the model
-    put on the first line when the following lines show that level."""
-    if not ctx.line_prefix or ctx.line_prefix.strip() or "\n" not in text:
+    """The cursor already stands at the line's indentation (an editor's auto-indent): drop extra leading
+    whitespace the model put on the first line, unless the following lines show that deeper level is meant."""
+    if not ctx.line_prefix or ctx.line_prefix.strip() or ctx.healed:
         return text
-    first, rest = text.split("\n", 1)
+    first, _, rest = text.partition("\n")
     if first == first.lstrip():
         return text
-    cursor_width = indent_width(ctx.line_prefix)
     siblings = [line for line in rest.split("\n") if line.strip()]
-    if siblings and indent_width(siblings[0]) == cursor_width:
-        return first.lstrip() + "\n" + rest
+    if not siblings or indent_width(siblings[0]) <= indent_width(ctx.line_prefix):
+        return first.lstrip() + text[len(first) :]
     return text
 
 

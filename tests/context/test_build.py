@@ -9,7 +9,7 @@ import pytest
 
 from codespec.context import ContextCache, ContextConfig, Document, build_context, postprocess
 from codespec.tiny import tiny_tokenizer
-from tests.context.helpers import context_at
+from tests.context.helpers import context_at, streamed
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 TOK = tiny_tokenizer()
@@ -24,15 +24,20 @@ def stdlib_doc(name: str) -> Document:
 def test_qwen_fim_layout_and_ids() -> None:
     ctx = context_at("def add(a, b):\n    return ┃\n\nprint(add(1, 2))\n")
     assert ctx.prompt == (
-        "<|fim_prefix|>def add(a, b):\n    return<|fim_suffix|>\n\nprint(add(1, 2))\n<|fim_middle|>"
-    )  # the space before the cursor is healed: the model writes it (BPE words carry their space)
-    assert (
-        ctx.healed == " "
-        and ctx.prefix == "def add(a, b):\n    return"
-        and ctx.suffix.startswith("\n\nprint(add(1, 2))")
+        "<|fim_prefix|>def add(a, b):\n    return <|fim_suffix|>\n\nprint(add(1, 2))\n<|fim_middle|>"
     )
+    assert ctx.healed == "" and ctx.prefix == "def add(a, b):\n    return "
+    assert ctx.suffix.startswith("\n\nprint(add(1, 2))")
     assert [i for i in ctx.prompt_ids if i in FIM] == FIM
     assert TOK.decode(ctx.prompt_ids) == ctx.prompt
+
+
+def test_token_healing_leaves_whitespace_before_the_cursor_out() -> None:
+    ctx = context_at("def f():\n    ┃\n", config=ContextConfig(heal_whitespace=True))
+    assert ctx.healed == "    " and ctx.prompt.startswith("<|fim_prefix|>def f():\n<|fim_suffix|>")
+    assert postprocess("    return 1", ctx) == "return 1"  # the model wrote the indentation again
+    assert postprocess("return 1", ctx) == "return 1"
+    assert streamed(ctx.stop, "    return 1\nx = 2") == "    return 1"
 
 
 def test_document_text_never_becomes_special_tokens() -> None:
@@ -131,7 +136,7 @@ def test_ten_megabyte_file_gives_none() -> None:
 def test_unknown_language_is_plain_text() -> None:
     ctx = context_at("Dear team,\nthe release is ┃\n", "klingon")
     assert ctx.mode == "line" and ctx.document.tree is None and ctx.language == "plaintext"
-    assert ctx.prefix == "Dear team,\nthe release is" and ctx.healed == " "
+    assert ctx.prefix == "Dear team,\nthe release is "
 
 
 STDLIB_FILES = [

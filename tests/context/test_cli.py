@@ -19,7 +19,7 @@ def test_context_json(source, capsys) -> None:
     data = json.loads(capsys.readouterr().out)
     assert {"mode", "prompt", "prefix", "suffix", "language"} <= set(data)
     assert data["mode"] == "block" and data["language"] == "python"
-    assert data["prefix"].endswith("def area(r):\n") and data["suffix"].startswith("\n\n\nprint(area(2))")
+    assert data["prefix"].endswith("def area(r):\n    ") and data["suffix"].startswith("\n\n\nprint(area(2))")
     assert data["prompt"].startswith("<|fim_prefix|>import math")
 
 

@@ -56,18 +56,19 @@ class EchoEngine:
     """Generates the true middle (what a perfect model would): the harness must score it as passing."""
 
     def __init__(self, tasks) -> None:
-        # The prompt leaves the indentation before the cursor out (token healing): a model writes it.
-        self.answers = {
-            t.prefix.rstrip(" \t")[-60:]: t.prefix[len(t.prefix.rstrip(" \t")) :] + t.middle for t in tasks
-        }
+        self.tasks = tasks
 
     def generate(self, prompt_ids, **kwargs):
         from types import SimpleNamespace
 
-        text = tiny_tokenizer().decode(prompt_ids)
-        prefix = text.split("<|fim_suffix|>")[0]
-        middle = next(m for key, m in self.answers.items() if prefix.endswith(key))
-        return SimpleNamespace(text=middle, stats=SimpleNamespace(to_dict=dict))
+        prefix = tiny_tokenizer().decode(prompt_ids).split("<|fim_suffix|>")[0]
+        for task in self.tasks:
+            code = task.prefix.rstrip(" \t")
+            if prefix.rstrip(" \t").endswith(code[-60:]):
+                # whitespace before the cursor that the prompt left out (token healing) is the model's to write
+                missing = task.prefix[len(code) :][len(prefix) - len(prefix.rstrip(" \t")) :]
+                return SimpleNamespace(text=missing + task.middle, stats=SimpleNamespace(to_dict=dict))
+        raise AssertionError("unknown prompt")
 
 
 def test_perfect_model_scores_full_marks() -> None:
