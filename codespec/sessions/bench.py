@@ -102,11 +102,13 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def ratios(variants: dict[str, dict[str, Any]]) -> dict[str, float | None]:
-    warm, cold = variants["speculative warm"]["latency_ms"], variants["speculative cold"]["latency_ms"]
-    out = {f"warm/cold {q}": _ratio(warm[q], cold[q]) for q in ("p50", "p90", "p99")}
-    if "plain warm" in variants:
-        plain = variants["plain warm"]["latency_ms"]
-        out |= {f"speculative/plain {q}": _ratio(warm[q], plain[q]) for q in ("p50", "p90", "p99")}
+    out: dict[str, float | None] = {}
+    for key, what in (("latency_ms", "all answers"), ("latency_items_ms", "items answers")):
+        warm, cold = variants["speculative warm"][key], variants["speculative cold"][key]
+        out |= {f"warm/cold {q}, {what}": _ratio(warm[q], cold[q]) for q in ("p50", "p90")}
+        if "plain warm" in variants:
+            plain = variants["plain warm"][key]
+            out |= {f"speculative/plain {q}, {what}": _ratio(warm[q], plain[q]) for q in ("p50", "p90")}
     return out
 
 
@@ -127,17 +129,18 @@ def markdown(report: dict[str, Any], meta: dict[str, Any]) -> str:
         + f". Wall time {meta['wall_s']:.0f} s. Latency is send-to-response of answered requests "
         "(items or null); cancelled requests were superseded by a newer keystroke before an answer.",
         "",
-        "| variant | requests | answered | cancelled | errors | p50 ms | p90 ms | p99 ms | shown | accepted "
-        "| chars saved / keystroke |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| variant | requests | answered (items / null) | cancelled | errors | p50 / p90 / p99 ms, all answers "
+        "| p50 / p90 / p99 ms, items | shown | accepted | chars saved / keystroke |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, s in report["variants"].items():
-        lat = s["latency_ms"]
+        lat, items = s["latency_ms"], s["latency_items_ms"]
         per_key = s["chars_saved_per_keystroke"]
         lines.append(
-            f"| {name} | {s['requests']} | {s['answered']} | {s['cancelled']} | {s['errors']} | {ms(lat['p50'])} "
-            f"| {ms(lat['p90'])} | {ms(lat['p99'])} | {s['shown']} | {pct(s['accepted_rate'])} "
-            f"| {'-' if per_key is None else f'{per_key:.3f}'} |"
+            f"| {name} | {s['requests']} | {s['answered']} ({s['items']} / {s['null']}) | {s['cancelled']} "
+            f"| {s['errors']} | {' / '.join(ms(lat[q]) for q in ('p50', 'p90', 'p99'))} "
+            f"| {' / '.join(ms(items[q]) for q in ('p50', 'p90', 'p99'))} | {s['shown']} "
+            f"| {pct(s['accepted_rate'])} | {'-' if per_key is None else f'{per_key:.3f}'} |"
         )
     lines += ["", "| ratio (same run) | value |", "|---|---:|"]
     for name, value in report["ratios"].items():
@@ -230,6 +233,10 @@ def run_bench(args: argparse.Namespace) -> int:
     }
     data = {"meta": meta, "variants": report["variants"], "ratios": report["ratios"]}
     (args.out / "bench-replay.json").write_text(json.dumps(data, indent=2, default=str), encoding="utf-8")
+    with (args.out / "bench-replay-records.jsonl").open("w", encoding="utf-8") as out:
+        for server, result in report["results"].items():
+            for record in result.records:
+                out.write(json.dumps({"server": server, **record.to_json()}) + "\n")
     for name, summary in report["variants"].items():
         print(f"== {name}\n{format_table(summary)}\n")
     text = markdown(report, meta)

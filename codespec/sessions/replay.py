@@ -610,6 +610,7 @@ def summarize(result: ReplayResult, label: str | None = None) -> dict[str, Any]:
     records = [r for r in result.records if label is None or r.label == label]
     counts = {o: sum(r.outcome == o for r in records) for o in OUTCOMES}
     answered = [r.latency_ms for r in records if r.outcome in ("items", "null") and r.latency_ms is not None]
+    with_items = [r.latency_ms for r in records if r.outcome == "items" and r.latency_ms is not None]
     shown = [r for r in records if r.shown and r.expect is not None]
     accepted = [r for r in shown if r.accepted]
     saved = sum(r.chars_saved for r in records)
@@ -635,6 +636,12 @@ def summarize(result: ReplayResult, label: str | None = None) -> dict[str, Any]:
             "p99": _percentile(answered, 99),
             "mean": sum(answered) / len(answered) if answered else None,
             "max": max(answered) if answered else None,
+        },
+        # the same over answers that carried a suggestion (nulls are often instant "nothing to suggest")
+        "latency_items_ms": {
+            "p50": _percentile(with_items, 50),
+            "p90": _percentile(with_items, 90),
+            "p99": _percentile(with_items, 99),
         },
         "shown": len(shown),
         "accepted": len(accepted),
@@ -669,6 +676,7 @@ def format_table(summary: dict[str, Any]) -> str:
         ("errors / missing", f"{summary['errors']} / {summary['missing']}"),
         ("answered after cancel", summary["answered_after_cancel"]),
         ("latency p50 / p90 / p99", f"{ms(lat['p50'])} / {ms(lat['p90'])} / {ms(lat['p99'])}"),
+        ("  of items answers", " / ".join(ms(summary["latency_items_ms"][q]) for q in ("p50", "p90", "p99"))),
         (
             "shown / accepted",
             f"{summary['shown']} / {summary['accepted']}" + (f" ({rate:.1%})" if rate is not None else ""),
