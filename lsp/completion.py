@@ -93,6 +93,7 @@ class Generation:
     error: ModelError | None = None
     shown: bool = False
     prefetched: bool = False
+    counted: bool = False  # added to the stats' totals
     waiters: list[Waiter] = field(default_factory=list)
     served: list[RequestRecord] = field(default_factory=list)  # requests this generation's model call served
     # Target forwards whose tokens reached the worker after the cancel token was set, counted by
@@ -296,9 +297,11 @@ class CompletionManager:
 
     def document_closed(self, uri: str) -> None:
         self._supersede_waiters(uri)
-        self._bump(uri)
         self._cancel_generations(uri)
         self._generations.pop(uri, None)
+        self._recent.pop(uri, None)
+        self._waiters.pop(uri, None)
+        self._activity.pop(uri, None)  # a pending prefetch timer then sees a change and does nothing
 
     def _cancel_generations(self, uri: str) -> None:
         for generation in self._generations.get(uri, []):
@@ -327,7 +330,7 @@ class CompletionManager:
         prompt_ids = list(getattr(ctx, "prompt_ids", None) or encode_prompt(engine.tokenizer, ctx.prompt))
         gen_id = next(self._ids)
         record = GenerationRecord(id=gen_id, kind=kind)
-        self.stats.generations.append(record)
+        self.stats.add_generation(record)
         generation = Generation(
             id=gen_id,
             kind=kind,
@@ -407,6 +410,10 @@ class CompletionManager:
             self._finish(generation, result, reason, exc)
         except Exception as error:
             self._fail(generation, error)
+        finally:
+            if not generation.counted:
+                generation.counted = True
+                self.stats.finish_generation(generation.record)
 
     def _finish(self, generation: Generation, result: Any, reason: str, exc: BaseException | None) -> None:
         generation.done = True
@@ -431,6 +438,8 @@ class CompletionManager:
             record.forwards_after_cancel = generation.forwards_after_cancel
         for served in [*generation.served, *(w.record for w in generation.waiters if w.source == "model")]:
             served.prefill_tokens, served.reused_tokens = record.prefill_tokens, record.reused_tokens
+        generation.counted = True
+        self.stats.finish_generation(record)
         self._stream(generation)
         self._service(generation)
         self._maybe_prefetch(generation)

@@ -342,8 +342,11 @@ def create_server(options: ServerOptions) -> CodespecServer:
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: CodespecServer, params: types.DidCloseTextDocumentParams) -> None:
-        ls.manager.document_closed(params.text_document.uri)
-        ls.documents.pop(params.text_document.uri, None)
+        uri = params.text_document.uri
+        ls.manager.document_closed(uri)
+        ls.documents.pop(uri, None)
+        for key in [k for k in ls._latest_request if k[0] == uri]:
+            del ls._latest_request[key]
 
     @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
     def did_change_configuration(ls: CodespecServer, params: types.DidChangeConfigurationParams) -> None:

@@ -90,17 +90,53 @@ class GenerationRecord:
         }
 
 
+LATENCY_WINDOW = 4096  # percentiles are over the most recent answered requests
+
+
+@dataclass
+class GenerationTotals:
+    """Running sums over finished generations (kept instead of the records: bounded memory)."""
+
+    finished: int = 0
+    by_finish_reason: Counter = field(default_factory=Counter)
+    prefill_tokens: int = 0
+    reused_tokens: int = 0
+    new_tokens: int = 0
+    target_forwards: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    max_forwards_after_cancel: int | None = None
+
+    def add(self, g: GenerationRecord) -> None:
+        self.finished += 1
+        self.by_finish_reason[g.finish_reason] += 1
+        self.prefill_tokens += g.prefill_tokens
+        self.reused_tokens += g.reused_tokens
+        self.new_tokens += g.new_tokens
+        self.target_forwards += g.target_forwards
+        self.drafted += g.drafted
+        self.accepted += g.accepted
+        if g.forwards_after_cancel is not None:
+            self.max_forwards_after_cancel = max(self.max_forwards_after_cancel or 0, g.forwards_after_cancel)
+
+
 @dataclass
 class ServerStats:
+    """Counters for `codespec/stats`. Memory stays bounded however long the server runs: running
+    totals, plus bounded windows of recent requests, generations and latencies."""
+
     requests: int = 0
     outcomes: Counter = field(default_factory=Counter)
     sources: Counter = field(default_factory=Counter)
-    latencies_ms: list[float] = field(default_factory=list)
+    latencies_ms: deque = field(default_factory=lambda: deque(maxlen=LATENCY_WINDOW))
+    latency_count: int = 0
     shown: int = 0
     accepted: int = 0
     rejected: int = 0
     accepted_chars: int = 0
-    generations: list[GenerationRecord] = field(default_factory=list)
+    generations_started: int = 0
+    totals: GenerationTotals = field(default_factory=GenerationTotals)
+    recent_generations: deque = field(default_factory=lambda: deque(maxlen=RECENT_REQUESTS))
     recent: deque = field(default_factory=lambda: deque(maxlen=RECENT_REQUESTS))
 
     def begin_request(self, record: RequestRecord) -> None:
@@ -117,19 +153,28 @@ class ServerStats:
             self.sources[record.source] += 1
         if outcome in (ANSWERED, EMPTY):
             self.latencies_ms.append(latency_ms)
+            self.latency_count += 1
         if outcome == ANSWERED:
             self.shown += 1
 
+    def add_generation(self, record: GenerationRecord) -> None:
+        """A generation started (or, with its finish_reason set, one that already ended)."""
+        self.generations_started += 1
+        self.recent_generations.append(record)
+        if record.finish_reason:
+            self.totals.add(record)
+
+    def finish_generation(self, record: GenerationRecord) -> None:
+        """Its fields are final now: add them to the totals (once)."""
+        self.totals.add(record)
+
     def to_dict(self, recent: int = RECENT_REQUESTS) -> dict[str, Any]:
         """All counters; `recent` limits the per-request and per-generation lists (0: none)."""
-        finished = [g for g in self.generations if g.finish_reason]
         last = max(0, min(recent, RECENT_REQUESTS))
-        forwards = sum(g.target_forwards for g in finished)
-        new_tokens = sum(g.new_tokens for g in finished)
-        drafted = sum(g.drafted for g in finished)
-        accepted_drafts = sum(g.accepted for g in finished)
-        after_cancel = [g.forwards_after_cancel for g in finished if g.forwards_after_cancel is not None]
-        lat = self.latencies_ms
+        t = self.totals
+        lat = list(self.latencies_ms)
+        generations = list(self.recent_generations)[len(self.recent_generations) - last :] if last else []
+        requests = list(self.recent)[len(self.recent) - last :] if last else []
         return {
             "requests": self.requests,
             "answered": self.outcomes[ANSWERED],
@@ -143,7 +188,8 @@ class ServerStats:
             "prefetchHits": self.sources["prefetch"],
             "modelCalls": self.sources["model"],
             "latencyMs": {
-                "count": len(lat),
+                "count": self.latency_count,
+                "window": len(lat),  # percentiles are over the last `window` answered requests
                 "p50": percentile(lat, 50),
                 "p90": percentile(lat, 90),
                 "p99": percentile(lat, 99),
@@ -154,20 +200,20 @@ class ServerStats:
             "acceptanceRate": (self.accepted / self.shown) if self.shown else None,
             "acceptedChars": self.accepted_chars,
             "generations": {
-                "started": len(self.generations),
-                "finished": len(finished),
-                "byFinishReason": dict(Counter(g.finish_reason for g in finished)),
-                "prefillTokens": sum(g.prefill_tokens for g in finished),
-                "reusedTokens": sum(g.reused_tokens for g in finished),
-                "newTokens": new_tokens,
-                "targetForwards": forwards,
+                "started": self.generations_started,
+                "finished": t.finished,
+                "byFinishReason": dict(t.by_finish_reason),
+                "prefillTokens": t.prefill_tokens,
+                "reusedTokens": t.reused_tokens,
+                "newTokens": t.new_tokens,
+                "targetForwards": t.target_forwards,
                 # tau: tokens produced per target forward (1.0 = no speculation win).
-                "tau": (new_tokens / forwards) if forwards else None,
-                "drafted": drafted,
-                "draftAccepted": accepted_drafts,
-                "draftAcceptanceRate": (accepted_drafts / drafted) if drafted else None,
-                "maxForwardsAfterCancel": max(after_cancel) if after_cancel else None,
-                "recent": [g.to_dict() for g in self.generations[len(self.generations) - last :]] if last else [],
+                "tau": (t.new_tokens / t.target_forwards) if t.target_forwards else None,
+                "drafted": t.drafted,
+                "draftAccepted": t.accepted,
+                "draftAcceptanceRate": (t.accepted / t.drafted) if t.drafted else None,
+                "maxForwardsAfterCancel": t.max_forwards_after_cancel,
+                "recent": [g.to_dict() for g in generations],
             },
-            "recentRequests": [r.to_dict() for r in list(self.recent)[len(self.recent) - last :]] if last else [],
+            "recentRequests": [r.to_dict() for r in requests],
         }
