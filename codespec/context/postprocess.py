@@ -5,6 +5,7 @@ output that does not parse."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
@@ -42,6 +43,24 @@ def limit_lines(text: str, ctx: CompletionContext) -> str:
     lines = text.split("\n")
     keep = ctx.max_lines + (1 if lines and not lines[0].strip() and len(lines) > 1 else 0)
     return "\n".join(lines[:keep])
+
+
+_NUMBERS = re.compile(r"\d+")
+
+
+def drop_repetitive_tail(text: str, ctx: CompletionContext) -> str:
+    """A small model looping (`f(1)`, `f(2)`, `f(3)`, ... until the token limit): three or more final
+    lines that differ only in numbers keep just the first of them."""
+    lines = text.split("\n")
+    if len(lines) < 3:
+        return text
+    shape = [_NUMBERS.sub("0", line.strip()) for line in lines]
+    run = 1
+    while run < len(lines) and shape[-run - 1] == shape[-1] and shape[-1]:
+        run += 1
+    if run < 3:
+        return text
+    return "\n".join(lines[: len(lines) - run + 1])
 
 
 def _suffix_lines(ctx: CompletionContext) -> list[str]:
@@ -253,6 +272,7 @@ FILTERS: list[Filter] = [
     normalize_newlines,
     strip_healed_whitespace,
     limit_lines,
+    drop_repetitive_tail,
     trim_suffix_line_overlap,
     trim_closing_overlap,
     drop_repeated_suffix,

@@ -6,6 +6,7 @@ import pytest
 from codespec.context import postprocess
 from codespec.context.postprocess import (
     drop_repeated_suffix,
+    drop_repetitive_tail,
     drop_whitespace_only,
     fix_first_line_indent,
     limit_lines,
@@ -23,6 +24,15 @@ from tests.context.helpers import context_at
 def test_normalize_newlines() -> None:
     ctx = context_at("x = ┃\n")
     assert normalize_newlines("a\r\nb\rc", ctx) == "a\nb\nc"
+
+
+def test_drop_repetitive_tail() -> None:
+    ctx = context_at("def main():\n    ┃\n")
+    looping = "x = load()\n    print(area(3.0))\n    print(area(4.0))\n    print(area(5.0))\n    print(area"
+    assert drop_repetitive_tail(looping.rsplit("\n", 1)[0], ctx) == "x = load()\n    print(area(3.0))"
+    varied = "a = 1\n    b = 2\n    c = 3"
+    assert drop_repetitive_tail(varied, ctx) == varied  # different statements are no loop
+    assert drop_repetitive_tail("f(1)\n    f(2)", ctx) == "f(1)\n    f(2)"  # two are not yet a loop
 
 
 def test_limit_lines() -> None:
