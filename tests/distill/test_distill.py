@@ -101,7 +101,7 @@ def test_loss_is_zero_for_the_target_itself_and_positive_for_another_model(repo)
     assert float(different.mean()) > 0.01
 
 
-def test_distill_trains_saves_a_loadable_draft_and_stays_lossless(repo, tmp_path):
+def test_distill_trains_saves_a_loadable_draft_and_stays_lossless(repo, tmp_path, capsys):
     out = tmp_path / "draft"
     assert distill(repo, out, "--max-steps", "12", "--eval", "--eval-prompts", "2", "--eval-max-tokens", "12") == 0
     report = json.loads((out / "distill.json").read_text())
@@ -128,6 +128,12 @@ def test_distill_trains_saves_a_loadable_draft_and_stays_lossless(repo, tmp_path
     expected = reference_greedy(target.model, prompt, 24, set(stop_token_ids(target.tokenizer)))
     result = engine.generate(prompt, max_new_tokens=24)
     assert result.token_ids == expected and result.stats.drafted > 0
+
+    prompt_file = tmp_path / "prompt.py"
+    prompt_file.write_text("def push(self, item):\n")
+    assert main(["generate", "--prompt-file", str(prompt_file), "--model", "tiny:0", "--draft-model", str(out),
+                 "--draft", "model", "--max-tokens", "24", "--json"]) == 0  # the CLI's --draft-model DIR
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["token_ids"] == expected
 
 
 def test_resumed_training_equals_one_uninterrupted_run(repo, tmp_path):
