@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import tracemalloc
 
-import pytest
-
 from lsp.stats import ANSWERED, GenerationRecord, RequestRecord, ServerStats
 
 
@@ -19,8 +17,6 @@ def serve(stats: ServerStats, count: int, start: int) -> None:
         stats.finish_request(record, ANSWERED, 12.5)
 
 
-@pytest.mark.xfail(strict=True, reason="lsp/stats.py keeps every GenerationRecord and every latency (a slow leak "
-                                       "over days of typing); reported to the server's owner, see docs/reliability.md")
 def test_stats_memory_does_not_grow_with_the_number_of_requests():
     stats = ServerStats()
     serve(stats, 2000, 0)
