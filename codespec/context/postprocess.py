@@ -206,9 +206,18 @@ def fix_first_line_indent(text: str, ctx: CompletionContext) -> str:
     if first == first.lstrip():
         return text
     siblings = [line for line in rest.split("\n") if line.strip()]
-    if not siblings or indent_width(siblings[0]) <= indent_width(ctx.line_prefix):
+    # Deeper is meant only when the next line sits below the first line at the column the model put it at
+    # (one unit further after a block opener). A model that wrote the block as if from column 0 puts the
+    # next lines at their real columns: then only the first line's extra whitespace is wrong.
+    first_column = indent_width(ctx.line_prefix) + indent_width(first)
+    child_step = indent_width(ctx.indent_unit or "    ") if _opens_block(first) else 0
+    if not siblings or indent_width(siblings[0]) < first_column + child_step:
         return first.lstrip() + text[len(first) :]
     return text
+
+
+def _opens_block(line: str) -> bool:
+    return line.rstrip().endswith((":", "{", "(", "[", "=>", " do", " then"))
 
 
 def _error_count(tree) -> int:

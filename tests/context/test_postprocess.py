@@ -103,6 +103,11 @@ def test_fix_first_line_indent() -> None:
     ctx = context_at("def f():\n    ┃\n")
     assert fix_first_line_indent("    x = 1\n    return x", ctx) == "x = 1\n    return x"
     assert fix_first_line_indent("    x = 1\n        return x", ctx) == "    x = 1\n        return x"
+    # A block written as if from column 0: the body lines are at their real columns already.
+    block = "    if n <= 1:\n        return n\n    else:\n        return f(n - 1)"
+    assert fix_first_line_indent(block, ctx) == block[4:]
+    deeper = "    if n <= 1:\n            return n"  # the body one unit below the first line as written
+    assert fix_first_line_indent(deeper, ctx) == deeper
 
 
 def test_trim_trailing_whitespace_and_blank() -> None:
