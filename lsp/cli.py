@@ -35,6 +35,7 @@ def register(subparsers: argparse._SubParsersAction, name: str, help: str) -> No
     parser.add_argument("--streaming", action="store_true", default=None, help="send codespec/partialCompletion")
     parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default=None)
     # Hidden test knob: simulated per-decode-step delay of the engine (seconds).
+    parser.add_argument("--record", metavar="FILE", help="append every client message to FILE (codespec-session v1)")
     parser.add_argument("--step-delay", type=float, default=None, help=argparse.SUPPRESS)
     parser.set_defaults(func=run)
 
@@ -89,6 +90,10 @@ def run(args: argparse.Namespace) -> int:
 
     set_log_level(options.log_level)
     server = create_server(options)
+    if args.record:
+        from codespec.sessions.record import SessionRecorder
+
+        server.protocol.recorder = SessionRecorder(args.record, source="codespec serve --record")
     code = 1
     try:
         if args.tcp:
@@ -103,6 +108,8 @@ def run(args: argparse.Namespace) -> int:
         code = 1
     finally:
         server.shutdown()
+        if server.protocol.recorder is not None:
+            server.protocol.recorder.close()
         for stream in (protocol_out, sys.stderr):
             try:
                 if stream is not None:

@@ -41,7 +41,12 @@ class InvalidRequest:
 
 
 class CodespecProtocol(LanguageServerProtocol):
+    # `codespec serve --record FILE`: a codespec.sessions.record.SessionRecorder that sees every client message.
+    recorder: Any = None
+
     def structure_message(self, data: dict[str, Any]):
+        if self.recorder is not None:
+            self.recorder.record(data)
         if not (_is_request(data) and "jsonrpc" in data):
             return super().structure_message(data)
         request_type = self.get_message_type(data["method"]) or JsonRPCRequestMessage

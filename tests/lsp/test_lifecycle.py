@@ -234,3 +234,23 @@ async def test_model_load_failure_is_reported_and_the_server_keeps_serving():
 
 async def _message_shown(client) -> bool:
     return any(m.type == types.MessageType.Error for m in client.messages)
+
+
+async def test_record_writes_every_client_message_as_a_session(tmp_path):
+    from codespec.sessions.format import read_session
+
+    path = tmp_path / "recorded.jsonl"
+    uri = "file:///rec.py"
+    async with session("--record", str(path)) as client:
+        open_doc(client, uri, "def f():\n    ")
+        insert(client, uri, 2, 1, 4, "r")
+        await bounded(inline(client, uri, 1, 5))
+        insert(client, uri, 3, 1, 5, "e")
+        await bounded(document_text(client, uri))
+    recorded = read_session(path)
+    assert recorded.header["format"] == "codespec-session" and recorded.header["language"] == "python"
+    methods = [event.method for event in recorded.events]
+    assert methods[:4] == ["textDocument/didOpen", "textDocument/didChange", "textDocument/inlineCompletion",
+                           "textDocument/didChange"]
+    assert recorded.events[1].params["contentChanges"][0]["text"] == "r"
+    assert all(a.t <= b.t for a, b in zip(recorded.events, recorded.events[1:], strict=False))
