@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from codespec.context import ContextCache, ContextConfig, Document, build_context, postprocess
+from codespec.context.bench import TYPED_FUNCTION as FUNCTION
 from codespec.tiny import tiny_tokenizer
 from tests.context.helpers import context_at, streamed
 
@@ -173,15 +174,6 @@ def test_stdlib_random_cursors(name: str) -> None:
         assert isinstance(postprocess(generated[:keep], ctx), str)
 
 
-FUNCTION = '''def count_words(text, *, min_length=1):
-    """Count the words of text that are at least min_length long."""
-    counts = {}
-    for word in text.split():
-        word = word.strip(".,;:!?").lower()
-        if len(word) >= min_length:
-            counts[word] = counts.get(word, 0) + 1
-    return counts
-'''
 
 
 def typed_session_ratios(doc: Document, line: int) -> list[float]:
