@@ -9,6 +9,42 @@ from codespec.engine import DRAFTING_MODES, Engine
 from codespec.errors import CodespecError
 
 
+def resolve_models(
+    model: str | None,
+    draft_model: str | None,
+    drafting: str | None,
+    device: str = "auto",
+    *,
+    degrade: bool = False,
+) -> tuple[str, str | None, str]:
+    """(target spec, draft spec or None, drafting) from user options, the device's profile filling the gaps.
+    A drafting mode that needs a draft nobody named gets the bundled 0.5B for a bundled target; otherwise
+    it is an error, or with `degrade` (the server, which must keep serving) the mode falls back."""
+    from codespec.models import default_profile
+
+    profile = default_profile(device)
+    target = model or profile.target
+    if draft_model == "none":
+        draft = None
+    elif draft_model:
+        draft = draft_model
+    else:
+        draft = profile.draft if model is None else None
+    if not drafting:
+        # The profile's drafting fits the profile's models; a user-chosen target keeps lookup unless a draft is given.
+        drafting = profile.drafting if model is None else ("both" if draft else "lookup")
+    if drafting in ("model", "both") and draft is None:
+        if degrade:
+            drafting = "lookup" if drafting == "both" else "none"
+        elif target.startswith("bundled:"):
+            draft = "bundled:qwen2.5-coder-0.5b"
+        else:
+            raise CodespecError(f"--draft {drafting} needs --draft-model (a model with the target's tokenizer)")
+    if drafting in ("none", "lookup"):
+        draft = None  # not loaded when it would not be used
+    return target, draft, drafting
+
+
 def load_engine(
     model: str | None = None,
     draft_model: str | None = None,
@@ -20,22 +56,11 @@ def load_engine(
     step_delay_s: float = 0.0,
     progress: bool = True,
 ) -> Engine:
-    from codespec.models import default_profile, load_model
+    from codespec.models import load_model
 
-    profile = default_profile(device)
-    target_spec = model or profile.target
-    if drafting is None:
-        # The profile's drafting fits the profile's models; a user-chosen target keeps lookup unless a draft is given.
-        drafting = profile.drafting if model is None else ("both" if draft_model else "lookup")
-    draft_spec = draft_model or (profile.draft if drafting in ("model", "both") else None)
-    if drafting in ("model", "both") and draft_spec is None:
-        if not target_spec.startswith("bundled:"):
-            raise CodespecError(f"--draft {drafting} needs --draft-model (a model with the target's tokenizer)")
-        draft_spec = "bundled:qwen2.5-coder-0.5b"
+    target_spec, draft_spec, drafting = resolve_models(model, draft_model, drafting, device)
     target = load_model(target_spec, device=device, dtype=dtype, threads=threads, progress=progress)
-    draft = None
-    if draft_spec is not None and drafting in ("model", "both"):
-        draft = load_model(draft_spec, device=device, dtype=dtype, progress=progress)
+    draft = load_model(draft_spec, device=device, dtype=dtype, progress=progress) if draft_spec else None
     return Engine(target, draft, drafting=drafting, step_delay_s=step_delay_s,
                   stop_token_ids=getattr(target, "stop_ids", None) or None)
 

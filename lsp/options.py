@@ -84,22 +84,9 @@ class ServerOptions:
 
     def resolved_models(self) -> tuple[str, str | None, str]:
         """(target spec, draft spec or None, drafting mode) after applying the device's profile."""
-        from codespec.models import default_profile
+        from codespec.runtime import resolve_models
 
-        profile = default_profile(self.device)
-        target = self.model or profile.target
-        if self.draft_model == "none":
-            draft = None
-        elif self.draft_model is not None:
-            draft = self.draft_model
-        else:
-            draft = profile.draft if self.model is None else None
-        drafting = self.drafting or (profile.drafting if self.model is None else "both" if draft else "lookup")
-        if drafting in ("model", "both") and draft is None:
-            drafting = "lookup" if drafting == "both" else "none"
-        if drafting in ("none", "lookup"):
-            draft = None  # not loaded when it would not be used
-        return target, draft, drafting
+        return resolve_models(self.model, self.draft_model, self.drafting, self.device, degrade=True)
 
     def model_key(self) -> tuple[Any, ...]:
         """Options whose change needs the engine rebuilt."""
