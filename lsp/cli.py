@@ -99,7 +99,9 @@ def run(args: argparse.Namespace) -> int:
         if args.tcp:
             server.start_tcp(args.host, args.port)
         else:
-            server.start_io(sys.stdin.buffer, protocol_out)
+            from lsp.framing import serve_stdio
+
+            serve_stdio(server, sys.stdin.buffer, protocol_out)
         code = 0 if server.protocol._shutdown else 1
     except (KeyboardInterrupt, SystemExit):
         code = 0 if server.protocol._shutdown else 1

@@ -2,11 +2,11 @@
 
 Each case is raw bytes for stdin: well-formed requests, unknown methods, wrong param types, huge
 params, requests without ids, notifications with ids, invalid JSON, bad or lying Content-Length
-headers, truncated frames, header garbage. A model of the server's framing (what pygls 2.1.1's
-reader does with the bytes: header lines, the first `Content-Length: N\\r\\n`, a blank line, N bytes)
-tells the driver which bodies the server will see, so the expectations are exact: every body that
-is a JSON-RPC 2.0 request with an int or string id must get exactly one response, and nothing else
-may be answered more than once. After a case that leaves the parser mid-frame the driver sends the
+headers, truncated frames, header garbage. A model of the server's framing (the rules of
+`lsp/framing.py`: header lines, the last `Content-Length: N`, a blank line, N bytes, a restart at a
+header found inside a body) tells the driver which bodies the server will see, so the
+expectations are exact: every body that is a JSON-RPC 2.0 request with an int or string id must
+get exactly one response, and nothing else may be answered more than once. After a case that leaves the parser mid-frame the driver sends the
 bytes that finish it (filler for a body, a line end), as a client that recovers would.
 After each batch the server must answer a valid request.
 
@@ -46,15 +46,22 @@ SERVER_OPTIONS = {"maxTokens": 8, "prefetch": False}
 
 
 class FramingModel:
-    """What the server's reader makes of a byte stream: it reads lines; the first line that is
-    exactly `Content-Length: <digits>\\r\\n` sets the length (until a body is read); a blank line
-    while a length is set starts a body of that many bytes. Everything else is skipped."""
+    """What the server's reader (`lsp/framing.py`) makes of a byte stream, written from its rules,
+    not from its code: lines end with `\\n`; a line ending in `Content-Length: N` (any case, blanks
+    allowed, ASCII digits, N <= MAX_BODY) sets the length, the last such line winning; a blank line
+    while a length is set starts an N-byte body; a body in which `Content-Length: N` (<= 16 blanks) + line break
+    appears is abandoned and parsing restarts at that header; a header line over MAX_HEADER_LINE
+    bytes without a line break keeps only its last HEADER_TAIL_KEPT bytes."""
 
-    HEADER = re.compile(rb"Content-Length: (\d+)\r\n")
+    LINE_HEADER = re.compile(rb"(?i)content-length:[ \t]*([0-9]{1,20})[ \t]*\r?\n\Z")
+    BODY_HEADER = re.compile(rb"(?i)content-length:[ \t]{0,16}[0-9]{1,20}[ \t]{0,16}\r?\n")
+    MAX_BODY = 512 * 1024 * 1024
+    MAX_HEADER_LINE = 64 * 1024
+    HEADER_TAIL_KEPT = 256
 
     def __init__(self) -> None:
         self.buffer = b""
-        self.length = 0
+        self.length: int | None = None
         self.in_body = False
 
     def feed(self, data: bytes) -> list[bytes]:
@@ -63,35 +70,40 @@ class FramingModel:
         bodies: list[bytes] = []
         while True:
             if self.in_body:
+                assert self.length is not None
+                header = self.BODY_HEADER.search(self.buffer, 0, self.length)
+                if header:
+                    self.buffer = self.buffer[header.start():]
+                    self.in_body, self.length = False, None
+                    continue
                 if len(self.buffer) < self.length:
                     return bodies
                 bodies.append(self.buffer[: self.length])
                 self.buffer = self.buffer[self.length :]
-                self.in_body, self.length = False, 0
+                self.in_body, self.length = False, None
                 continue
             end = self.buffer.find(b"\n")
             if end < 0:
+                if len(self.buffer) > self.MAX_HEADER_LINE:
+                    self.buffer = self.buffer[-self.HEADER_TAIL_KEPT :]
                 return bodies
             line, self.buffer = self.buffer[: end + 1], self.buffer[end + 1 :]
-            if not self.length and (match := self.HEADER.fullmatch(line)):
+            if line in (b"\n", b"\r\n"):
+                self.in_body = self.length is not None
+            elif (match := self.LINE_HEADER.search(line)) and int(match.group(1)) <= self.MAX_BODY:
                 self.length = int(match.group(1))
-            if self.length and not line.strip():
-                self.in_body = True
 
     @property
     def clean(self) -> bool:
-        return not (self.buffer or self.length or self.in_body)
+        return not self.buffer and self.length is None and not self.in_body
 
     def recovery(self) -> bytes:
         """Bytes that bring the reader back to a frame boundary: filler that completes a pending
         body (spaces; the body is then whatever JSON the fragment makes), a line end, a blank line."""
         if self.in_body:
+            assert self.length is not None
             return b" " * (self.length - len(self.buffer))
-        if self.buffer:
-            return b"\r\n"
-        if self.length:
-            return b"\r\n"
-        return b""
+        return b"\r\n" if self.buffer or self.length is not None else b""
 
 
 def classify(body: bytes) -> tuple[str, Any]:
