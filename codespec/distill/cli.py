@@ -26,8 +26,8 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", default="auto", help="auto (fp32 on CPU, bf16 on CUDA), fp32, bf16, fp16")
     parser.add_argument("--threads", type=int, help="CPU threads for torch")
     parser.add_argument("--seed", type=int, default=0, help="seeds the split, the examples and the training")
-    parser.add_argument("--eval-prompts", type=int, default=8, help="FIM prompts from held-out files for --eval")
-    parser.add_argument("--eval-max-tokens", type=int, default=32, help="new tokens per eval prompt")
+    parser.add_argument("--eval-prompts", type=int, default=16, help="FIM prompts from held-out files for --eval")
+    parser.add_argument("--eval-max-tokens", type=int, default=48, help="new tokens per eval prompt")
     parser.add_argument("--eval-prefix-tokens", type=int, default=256, help="prefix tokens of each eval prompt")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
@@ -45,6 +45,14 @@ def add_distill_arguments(parser: argparse.ArgumentParser) -> None:
                         help="budget of tokens the target labels for training (its forward is the cost)")
     parser.add_argument("--max-eval-tokens", type=int, default=4000, help="same, for held-out agreement")
     parser.add_argument("--top-k", type=int, default=32, help="target probabilities kept per position")
+    parser.add_argument("--greedy-fraction", type=float, default=0.0,
+                        help="share of FIM examples whose middle is the target's own greedy continuation "
+                             "(sequence-level distillation; costs --greedy-tokens target decode steps each)")
+    parser.add_argument("--greedy-tokens", type=int, default=48, help="longest greedy continuation")
+    parser.add_argument("--greedy-batch", type=int, default=8, help="prompts per batched greedy generation")
+    parser.add_argument("--eval-dtype", default="auto",
+                        help="dtype of the saved draft and of --eval (default auto: what the server uses); "
+                             "--dtype is for labelling and training (bf16 is ~4x faster on CPUs with AVX512-BF16)")
     parser.add_argument("--max-minutes", type=float, help="stop training after this many minutes")
     parser.add_argument("--max-steps", type=int, help="stop training after this many optimizer steps")
     parser.add_argument("--epochs", type=float, default=2.0)
@@ -74,14 +82,14 @@ def run_distill(args: argparse.Namespace) -> int:
 
     from codespec.distill import data, teacher, train
     from codespec.distill.evaluate import agreement
-    from codespec.models import load_model
+    from codespec.models import load_model, resolve_device, resolve_dtype
 
     _check_args(args)
     _threads(args.threads)
     progress = not args.quiet
     work = args.out / "work"
     if args.fresh:
-        for stale in ("labels-train.pt", "labels-heldout.pt", "checkpoint.pt"):
+        for stale in ("labels-train.pt", "labels-heldout.pt", "checkpoint.pt", "greedy-train.pt", "greedy-heldout.pt"):
             (work / stale).unlink(missing_ok=True)
     files = data.collect_files(args.repo)
     train_files, held_files = data.split_files(files, args.holdout, args.seed)
@@ -96,6 +104,9 @@ def run_distill(args: argparse.Namespace) -> int:
                                          max_positions=args.max_train_tokens)
     held_examples = data.build_examples(held_files, target.tokenizer, example_config, seed=args.seed + 1,
                                         max_positions=args.max_eval_tokens) if held_files else []
+    if args.greedy_fraction > 0:
+        train_examples = _greedy(target, train_examples, args, args.seed, work / "greedy-train.pt", "train")
+        held_examples = _greedy(target, held_examples, args, args.seed + 1, work / "greedy-heldout.pt", "held-out")
     _say(f"{len(train_examples)} training examples ({_kinds(train_examples)}), "
          f"{len(held_examples)} held-out ({_kinds(held_examples)})")
     train_labels = teacher.label_examples(target.model, train_examples, args.top_k, work / "labels-train.pt",
@@ -117,8 +128,13 @@ def run_distill(args: argparse.Namespace) -> int:
     torch.manual_seed(args.seed)
     peft_model, state = train.train_lora(draft.model, train_examples, train_labels, config, work / "checkpoint.pt",
                                          data_key=data.fingerprint(train_examples), progress=progress)
-    merged = train.save_merged(peft_model, draft.tokenizer, args.out)
-    after = agreement(merged, held_examples, held_labels) if held_examples else None
+    after = agreement(peft_model, held_examples, held_labels) if held_examples else None  # same dtype as before
+    eval_dtype = resolve_dtype(args.eval_dtype, resolve_device(args.device))
+    fresh_base = None
+    if eval_dtype != next(draft.model.parameters()).dtype:  # merge into the base weights in the saved dtype
+        fresh_base = lambda: load_model(args.draft, device=args.device, dtype=args.eval_dtype,  # noqa: E731
+                                        progress=progress).model
+    merged = train.save_merged(peft_model, draft.tokenizer, args.out, base=fresh_base)
     report = {
         "repo": str(args.repo.resolve()), "target": args.target, "draft": args.draft, "method": args.method,
         "seed": args.seed, "holdout": args.holdout, "example_config": asdict(example_config),
@@ -126,6 +142,8 @@ def run_distill(args: argparse.Namespace) -> int:
         "train_files": [f.relpath for f in train_files], "heldout_files": [f.relpath for f in held_files],
         "train_examples": len(train_examples), "heldout_examples": len(held_examples),
         "train_positions": sum(e.positions for e in train_examples), "label_s": round(label_s, 1),
+        "greedy": {"fraction": args.greedy_fraction, "max_new_tokens": args.greedy_tokens},
+        "dtype": {"labels_and_training": args.dtype, "saved_and_eval": args.eval_dtype},
         "train": {**asdict(config), "steps": state.step, "seconds": round(state.seconds, 1),
                   "stopped_by": state.stopped_by, "losses": [round(x, 5) for x in state.losses]},
         "agreement": {"before": before, "after": after},
@@ -140,11 +158,25 @@ def run_distill(args: argparse.Namespace) -> int:
     del peft_model, merged, draft
     gc.collect()
     if args.eval:
-        evaluate_dir(args.out, target_spec=args.target, base_spec=args.draft, device=args.device, dtype=args.dtype,
+        evaluate_dir(args.out, target_spec=args.target, base_spec=args.draft, device=args.device, dtype=args.eval_dtype,
                      prompts=args.eval_prompts, max_new_tokens=args.eval_max_tokens, progress=progress,
                      prefix_tokens=args.eval_prefix_tokens,
                      agreement_report={"base": before, "distilled": after})
     return 0
+
+
+def _greedy(target, examples: list, args: argparse.Namespace, seed: int, path: Path, what: str) -> list:
+    """`examples` with a seeded share of the FIM middles replaced by the target's own greedy continuation."""
+    from codespec.distill import data, teacher
+
+    chosen = data.greedy_choice(examples, args.greedy_fraction, seed)
+    if not chosen:
+        return examples
+    prompts = [examples[i].ids[: examples[i].train_from] for i in chosen]
+    middles = teacher.greedy_continuations(target.model, prompts, args.greedy_tokens, target.stop_ids, path,
+                                           batch=args.greedy_batch, desc=f"target greedy ({what})",
+                                           progress=not args.quiet)
+    return data.with_greedy_middles(examples, chosen, middles)
 
 
 # ----------------------------------------------------------------------------------------------- bench
@@ -188,8 +220,10 @@ def evaluate_dir(out: Path, *, target_spec: str, base_spec: str, device: str, dt
     print(markdown(report))
     base_tau, new_tau = spec["summary"]["base"]["tau"], spec["summary"]["distilled"]["tau"]
     if base_tau and new_tau:
-        _say(f"tau {base_tau:.3f} -> {new_tau:.3f} ({new_tau / base_tau - 1:+.1%}) on {len(chosen)} held-out prompts; "
-             f"report in {out / EVAL_REPORT}")
+        ci = spec.get("tau_ratio", {}).get("ci95")
+        interval = f", 95 % paired bootstrap {ci[0] - 1:+.1%} .. {ci[1] - 1:+.1%}" if ci else ""
+        _say(f"tau {base_tau:.3f} -> {new_tau:.3f} ({new_tau / base_tau - 1:+.1%}{interval}) on {len(chosen)} "
+             f"held-out prompts, {spec['summary']['distilled']['tokens']} tokens; report in {out / EVAL_REPORT}")
     return report
 
 
@@ -208,6 +242,14 @@ def _agreement_from_saved(out: Path, meta: dict, tokenizer, base, distilled) -> 
     config = data.ExampleConfig(**meta["example_config"])
     budget = meta.get("max_eval_tokens")
     examples = data.build_examples(held, tokenizer, config, seed=meta["seed"] + 1, max_positions=budget)
+    greedy_path = out / "work" / "greedy-heldout.pt"
+    fraction = meta.get("greedy", {}).get("fraction", 0.0)
+    if fraction > 0 and greedy_path.exists():  # the held-out middles the target wrote during the run
+        chosen = data.greedy_choice(examples, fraction, meta["seed"] + 1)
+        done = torch.load(greedy_path, weights_only=False)["done"]
+        if sorted(done) != list(range(len(chosen))):
+            return None
+        examples = data.with_greedy_middles(examples, chosen, [done[i] for i in range(len(chosen))])
     saved = torch.load(path, weights_only=False)
     if saved["key"]["fingerprint"] != data.fingerprint(examples) or len(saved["labels"]) != len(examples):
         return None  # the repository changed since the run
@@ -219,11 +261,14 @@ def _agreement_from_saved(out: Path, meta: dict, tokenizer, base, distilled) -> 
 
 
 def _check_args(args: argparse.Namespace) -> None:
-    for name in ("seq_len", "max_train_tokens", "top_k", "batch", "rank", "eval_prompts", "eval_max_tokens"):
+    for name in ("seq_len", "max_train_tokens", "top_k", "batch", "rank", "eval_prompts", "eval_max_tokens",
+                 "greedy_tokens", "greedy_batch"):
         if getattr(args, name) < 1:
             raise CodespecError(f"--{name.replace('_', '-')} must be >= 1")
     if args.max_minutes is not None and args.max_minutes <= 0:
         raise CodespecError("--max-minutes must be > 0")
+    if not 0.0 <= args.greedy_fraction <= 1.0:
+        raise CodespecError("--greedy-fraction must be in [0, 1]")
     if args.eval and args.holdout == 0:
         raise CodespecError("--eval needs held-out files (--holdout > 0)")
 
@@ -251,7 +296,8 @@ def _threads(threads: int | None) -> None:
 
 def _kinds(examples) -> str:
     fim = sum(1 for e in examples if e.kind == "fim")
-    return f"{fim} FIM, {len(examples) - fim} left-to-right"
+    greedy = sum(1 for e in examples if e.kind == "fim-greedy")
+    return f"{fim} FIM, {greedy} FIM with the target's greedy middle, {len(examples) - fim - greedy} left-to-right"
 
 
 def _first_last(losses: list[float]) -> str:

@@ -232,3 +232,23 @@ def fingerprint(examples: Sequence[Example]) -> str:
         digest.update(f"{example.kind}:{example.train_from}:{len(example.ids)}:".encode())
         digest.update(",".join(map(str, example.ids)).encode())
     return digest.hexdigest()[:16]
+
+
+def greedy_choice(examples: Sequence[Example], fraction: float, seed: int) -> list[int]:
+    """Indices of a seeded `fraction` of the FIM examples, whose middle becomes the target's own greedy
+    continuation (sequence-level distillation: at decode time the draft continues the target's output)."""
+    fim = [i for i, e in enumerate(examples) if e.kind == "fim"]
+    if fraction <= 0 or not fim:
+        return []
+    count = max(1, round(fraction * len(fim)))
+    return sorted(random.Random(seed * 7919 + 17).sample(fim, min(count, len(fim))))
+
+
+def with_greedy_middles(examples: Sequence[Example], chosen: Sequence[int],
+                        middles: Sequence[Sequence[int]]) -> list[Example]:
+    """`examples` with the middle of each chosen FIM example replaced by the target's continuation."""
+    replaced = list(examples)
+    for i, middle in zip(chosen, middles, strict=True):
+        e = examples[i]
+        replaced[i] = Example((*e.ids[: e.train_from], *middle), e.train_from, "fim-greedy", e.source)
+    return replaced

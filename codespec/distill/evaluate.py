@@ -21,15 +21,23 @@ from codespec.distill.train import distill_loss, draft_logits
 
 @torch.inference_mode()
 def agreement(model: torch.nn.Module, examples: Sequence, labels: Sequence[Labels]) -> dict:
+    """Share of positions where the draft's argmax is the target's, and the KL, in all and per kind of
+    example (fim: the file's middle; fim-greedy: the target's own continuation, what decoding meets)."""
     agree = positions = 0
     loss = 0.0
+    kinds: dict[str, list[int]] = {}
     for example, label in zip(examples, labels, strict=True):
         logits = draft_logits(model, example)
-        agree += int((logits.argmax(-1).cpu() == label.ids[:, 0].long()).sum())
+        same = int((logits.argmax(-1).cpu() == label.ids[:, 0].long()).sum())
+        agree += same
         loss += float(distill_loss(logits, label, 0.0).sum())
         positions += example.positions
+        kind = kinds.setdefault(example.kind, [0, 0])
+        kind[0] += same
+        kind[1] += example.positions
     return {"agreement": agree / positions if positions else 0.0,
-            "kl": loss / positions if positions else 0.0, "positions": positions}
+            "kl": loss / positions if positions else 0.0, "positions": positions,
+            "by_kind": {k: {"agreement": a / n, "positions": n} for k, (a, n) in sorted(kinds.items()) if n}}
 
 
 @dataclass(frozen=True)
@@ -40,7 +48,9 @@ class EvalPrompt:
 
 def eval_prompts(files: Sequence[SourceFile], tokenizer, n: int, seed: int, *, prefix_tokens: int = 256,
                  suffix_tokens: int = 48) -> list[EvalPrompt]:
-    """FIM prompts with the cursor at the start of a multi-line span, round-robin over the files."""
+    """FIM prompts with the cursor at the start of a multi-line span and that span cut out (the suffix is the
+    code after it), as in the training FIM examples and in the editor when the user writes that span;
+    round-robin over the files."""
     rng = random.Random(seed)
     per_file = []
     for file in files:
@@ -54,7 +64,7 @@ def eval_prompts(files: Sequence[SourceFile], tokenizer, n: int, seed: int, *, p
             if spans and len(prompts) < n:
                 start, end = spans.pop()
                 line = file.text.count("\n", 0, start) + 1
-                ids = fim_prompt(tokenizer, file.text[:start], file.text[start:], prefix_tokens, suffix_tokens)
+                ids = fim_prompt(tokenizer, file.text[:start], file.text[end:], prefix_tokens, suffix_tokens)
                 prompts.append(EvalPrompt(f"{file.relpath}:{line}", ids))
     return prompts
 
@@ -91,12 +101,33 @@ def speculative_eval(target, drafts: dict[str, object], prompts: Sequence[EvalPr
             same = result.token_ids == plain.token_ids
             totals[name]["divergences"] += 0 if same else 1
             row[name] = {"tau": round(stats["mean_accept_len"], 3), "acceptance": round(stats["acceptance_rate"], 3),
+                         "tokens": stats["new_tokens"], "target_forwards": stats["target_forwards"],
                          "identical": same}
             bar.update()
         runs.append(row)
     bar.close()
     summary = {name: _summary(t, totals["plain"]["decode_s"]) for name, t in totals.items()}
-    return {"prompts": len(prompts), "max_new_tokens": max_new_tokens, "summary": summary, "runs": runs}
+    result = {"prompts": len(prompts), "max_new_tokens": max_new_tokens, "summary": summary, "runs": runs}
+    if len(names) == 2:
+        result["tau_ratio"] = tau_ratio_interval(runs, names[0], names[1])
+    return result
+
+
+def tau_ratio_interval(runs: Sequence[dict], base: str, new: str, *, samples: int = 2000, seed: int = 0) -> dict:
+    """tau(new) / tau(base) with a 95 % paired bootstrap interval over prompts (tau = tokens / target
+    forwards summed over the resampled prompts), so that a change can be told from prompt-to-prompt noise."""
+    rows = [r for r in runs if r[base]["target_forwards"] and r[new]["target_forwards"]]
+    if not rows:
+        return {"ratio": None, "ci95": None}
+
+    def ratio(chosen: Sequence[dict]) -> float:
+        tau = lambda name: sum(r[name]["tokens"] for r in chosen) / sum(r[name]["target_forwards"] for r in chosen)  # noqa: E731
+        return tau(new) / tau(base)
+
+    rng = random.Random(seed)
+    draws = sorted(ratio([rng.choice(rows) for _ in rows]) for _ in range(samples))
+    return {"ratio": round(ratio(rows), 4),
+            "ci95": [round(draws[int(0.025 * samples)], 4), round(draws[int(0.975 * samples) - 1], 4)]}
 
 
 def _add(total: dict, stats: dict) -> None:
@@ -118,15 +149,17 @@ def _summary(total: dict, plain_s: float) -> dict:
 
 def markdown(report: dict) -> str:
     """The before/after table for docs/distill.md."""
-    lines = ["| draft | agreement (teacher-forced) | acceptance | tau | decode speedup vs plain | divergences |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| draft | agreement (teacher-forced) | on the target's greedy middles | acceptance | tau "
+             "| decode speedup vs plain | divergences |",
+             "|---|---|---|---|---|---|---|"]
     spec = report.get("speculative", {}).get("summary", {})
-    agree = report.get("agreement", {})
+    agree = report.get("agreement") or {}
+    cell = lambda v, f: f.format(v) if v is not None else "-"  # noqa: E731
     for name in [n for n in spec if n != "plain"] or list(agree):
         row = spec.get(name, {})
-        a = agree.get(name, {}).get("agreement")
-        cell = lambda v, f: f.format(v) if v is not None else "-"  # noqa: E731
-        lines.append(f"| {name} | {cell(a, '{:.1%}')} | {cell(row.get('acceptance_rate'), '{:.1%}')} "
+        a = (agree.get(name) or {}).get("agreement")
+        g = (agree.get(name) or {}).get("by_kind", {}).get("fim-greedy", {}).get("agreement")
+        lines.append(f"| {name} | {cell(a, '{:.1%}')} | {cell(g, '{:.1%}')} | {cell(row.get('acceptance_rate'), '{:.1%}')} "
                      f"| {cell(row.get('tau'), '{:.3f}')} | {cell(row.get('speedup_vs_plain'), '{:.2f}x')} "
                      f"| {row.get('divergences', '-')}/{report.get('speculative', {}).get('prompts', '-')} |")
     return "\n".join(lines)

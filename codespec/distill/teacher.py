@@ -64,3 +64,71 @@ def _save(path: Path, key: dict, labels: list[Labels]) -> None:
     tmp = path.with_suffix(".tmp")
     torch.save({"key": key, "labels": labels}, tmp)
     tmp.replace(path)
+
+
+# ------------------------------------------------------------------------------ sequence-level labels
+
+
+@torch.inference_mode()
+def greedy_continuations(model: torch.nn.Module, prompts: Sequence[Sequence[int]], max_new_tokens: int,
+                         stop_ids: Sequence[int], path: Path, *, batch: int = 8, desc: str = "target greedy",
+                         progress: bool = True) -> list[tuple[int, ...]]:
+    """The target's own greedy continuation of each prompt (up to, not including, a stop token), batched with
+    left padding, saved to `path` after every batch (a killed run resumes where it stopped).
+
+    This is what the draft meets at decode time: it continues the target's output, not the file's text."""
+    from tqdm import tqdm
+
+    key = {"prompts": _ids_digest(prompts), "max_new_tokens": max_new_tokens, "stop": sorted(stop_ids)}
+    done: dict[int, tuple[int, ...]] = {}
+    if path.exists():
+        saved = torch.load(path, weights_only=False)
+        if saved.get("key") == key:
+            done = saved["done"]
+    device = next(model.parameters()).device
+    # Similar lengths together: less padding. The order is a pure function of the prompts.
+    order = sorted((i for i in range(len(prompts)) if i not in done), key=lambda i: (len(prompts[i]), i))
+    pad = stop_ids[0] if stop_ids else 0
+    bar = tqdm(total=len(prompts), initial=len(done), desc=desc, unit="prompt", disable=not progress,
+               dynamic_ncols=True)
+    for first in range(0, len(order), batch):
+        chunk = order[first : first + batch]
+        width = max(len(prompts[i]) for i in chunk)
+        input_ids = torch.tensor([[pad] * (width - len(prompts[i])) + list(prompts[i]) for i in chunk], device=device)
+        mask = torch.tensor([[0] * (width - len(prompts[i])) + [1] * len(prompts[i]) for i in chunk], device=device)
+        out = model.generate(input_ids=input_ids, attention_mask=mask, max_new_tokens=max_new_tokens,
+                             do_sample=False, eos_token_id=list(stop_ids) or None, pad_token_id=pad,
+                             temperature=None, top_p=None, top_k=None)
+        for row, i in enumerate(chunk):
+            done[i] = _cut_at_stop(out[row, width:].tolist(), stop_ids)
+        bar.update(len(chunk))
+        _save_greedy(path, key, done)
+    bar.close()
+    _save_greedy(path, key, done)
+    return [done[i] for i in range(len(prompts))]
+
+
+def _cut_at_stop(tokens: list[int], stop_ids: Sequence[int]) -> tuple[int, ...]:
+    stops = set(stop_ids)
+    for n, token in enumerate(tokens):
+        if token in stops:
+            # Without the stop token: the position after the last token is trained, and there the target's
+            # label is the stop token, which the draft should predict too.
+            return tuple(tokens[:n])
+    return tuple(tokens)
+
+
+def _ids_digest(prompts: Sequence[Sequence[int]]) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    for prompt in prompts:
+        digest.update((",".join(map(str, prompt)) + ";").encode())
+    return digest.hexdigest()[:16]
+
+
+def _save_greedy(path: Path, key: dict, done: dict[int, tuple[int, ...]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save({"key": key, "done": done}, tmp)
+    tmp.replace(path)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -189,12 +189,20 @@ def _load_checkpoint(path: Path, key: dict, model, optimizer) -> TrainState | No
     return TrainState(**saved["state"])
 
 
-def save_merged(peft_model, tokenizer, out: Path) -> torch.nn.Module:
+def save_merged(peft_model, tokenizer, out: Path, *, base: Callable[[], torch.nn.Module] | None = None
+                ) -> torch.nn.Module:
     """The adapter (small, for the record) and the merged draft as a plain HF directory, so that
-    `--draft-model DIR` and the server load it like any model."""
+    `--draft-model DIR` and the server load it like any model. `base` (a loader of the untrained draft in
+    another dtype, e.g. fp32 after bf16 training): the adapter is merged into those weights instead, so
+    that small LoRA updates are not rounded away by a bf16 merge."""
+    from peft import PeftModel
+
     out.mkdir(parents=True, exist_ok=True)
     peft_model.save_pretrained(str(out / "adapter"))
-    merged = peft_model.merge_and_unload()
+    if base is None:
+        merged = peft_model.merge_and_unload()
+    else:
+        merged = PeftModel.from_pretrained(base(), str(out / "adapter")).merge_and_unload()
     merged.save_pretrained(str(out), safe_serialization=True)
     tokenizer.save_pretrained(str(out))
     return merged

@@ -166,3 +166,56 @@ def test_user_errors_are_one_line(repo, tmp_path, capsys):
     errors = capsys.readouterr().err.strip().splitlines()
     assert errors == [f"codespec: error: --repo {tmp_path / 'missing'}: not a directory",
                       "codespec: error: --eval needs held-out files (--holdout > 0)"]
+
+
+def test_greedy_continuations_are_the_targets_greedy_output_batched_and_resumed(repo, tmp_path):
+    from codespec.distill.teacher import greedy_continuations
+
+    tokenizer = tiny_tokenizer()
+    target = tiny_model(0)
+    examples = data.build_examples(data.collect_files(repo), tokenizer, data.ExampleConfig(seq_len=64), seed=0)
+    prompts = [e.ids[: e.train_from] for e in examples if e.kind == "fim"][:5]
+    assert len({len(p) for p in prompts}) > 1  # left padding is exercised
+    plain = [reference_greedy(target, list(p), 10, set()) for p in prompts]
+    stop = plain[1][4]  # a token the target writes: its continuation must end just before it
+    expected = [reference_greedy(target, list(p), 10, {stop}) for p in prompts]
+    path = tmp_path / "greedy.pt"
+    got = greedy_continuations(target, prompts, 10, [stop], path, batch=3, progress=False)
+    assert [list(g) for g in got] == expected and len(got[1]) <= 4
+    # A second call reads the saved continuations (another model would write other ones).
+    assert greedy_continuations(tiny_model(1), prompts, 10, [stop], path, batch=3, progress=False) == got
+    assert greedy_continuations(tiny_model(1), prompts, 9, [stop], path, batch=3, progress=False) != got
+
+    chosen = data.greedy_choice(examples, 0.5, seed=0)
+    assert chosen == data.greedy_choice(examples, 0.5, seed=0)
+    assert chosen and all(examples[i].kind == "fim" for i in chosen)
+    middles = [(7,) * (i % 3) for i in range(len(chosen))]  # the empty middle: the target stopped at once
+    replaced = data.with_greedy_middles(examples, chosen, middles)
+    for i, middle in zip(chosen, middles, strict=True):
+        e, r = examples[i], replaced[i]
+        assert r.kind == "fim-greedy" and r.ids == (*e.ids[: e.train_from], *middle)
+        assert r.positions == len(middle) + 1  # the position after the last token is trained: the stop
+    assert [e for i, e in enumerate(replaced) if i not in chosen] == [e for i, e in enumerate(examples)
+                                                                      if i not in chosen]
+
+
+def test_distill_with_greedy_middles_and_bf16_training_saves_an_fp32_draft(repo, tmp_path, capsys):
+    out = tmp_path / "draft"
+    assert distill(repo, out, "--max-steps", "6", "--greedy-fraction", "0.5", "--greedy-tokens", "8",
+                   "--dtype", "bf16") == 0
+    report = json.loads((out / "distill.json").read_text())
+    kinds = report["agreement"]["before"]["by_kind"]
+    assert "fim-greedy" in kinds and kinds["fim-greedy"]["positions"] > 0
+    assert report["agreement"]["after"]["by_kind"].keys() == kinds.keys()
+    loaded = load_model(str(out))
+    assert {p.dtype for p in loaded.model.parameters()} == {torch.float32}  # merged into fp32 weights
+    base = tiny_model(1)
+    assert any(not torch.equal(p, base.state_dict()[n]) for n, p in loaded.model.state_dict().items())
+
+    capsys.readouterr()
+    assert main(["bench", "distill", "--draft-model", str(out), "--target", "tiny:0", "--eval-prompts", "2",
+                 "--eval-max-tokens", "8", "--quiet"]) == 0
+    evaluation = json.loads((out / "distill-eval.json").read_text())
+    # Rebuilt from the saved greedy middles and labels (fp32 here, so only the positions are the run's).
+    assert evaluation["agreement"]["base"]["by_kind"]["fim-greedy"]["positions"] == kinds["fim-greedy"]["positions"]
+    assert evaluation["speculative"]["summary"]["distilled"]["divergences"] == 0
