@@ -9,6 +9,9 @@
   id and handle it as a notification, leaving the request unanswered.
 - `$/cancelRequest` for an already answered request is normal editor traffic: debug, not warning.
 - Position encoding: utf-8 is chosen whenever the client offers it, else pygls's choice (utf-16).
+- pygls files the future of every generator-, coroutine- or thread-run notification handler under a
+  fresh uuid in `_request_futures` and never removes it (~1 KB per keystroke, for ever); here it is
+  removed when the handler is done.
 - Document sync notifications go to the server's own handlers only (its documents live in
   `codespec.context.Document`); pygls's workspace copy is not kept.
 """
@@ -72,6 +75,14 @@ class CodespecProtocol(LanguageServerProtocol):
             self._send_response(message.id, error=error.to_response_error())
             return
         super().handle_message(message)
+
+    def _execute_handler(self, msg_id, handler, callback, args=None, kwargs=None):
+        super()._execute_handler(msg_id, handler, callback, args, kwargs)
+        if callback != self._check_handler_result:  # a request: its response callback pops it
+            return
+        future = self._request_futures.get(msg_id)
+        if future is not None:
+            future.add_done_callback(lambda _done: self._request_futures.pop(msg_id, None))
 
     def _handle_cancel_notification(self, msg_id: Any):
         future = self._request_futures.pop(msg_id, None)

@@ -261,6 +261,8 @@ class CodespecServer(LanguageServer):
             models = {"model": o.model or "default", "draftModel": o.draft_model, "drafting": o.drafting}
         report["engine"] = {"loaded": self.engine is not None, **models}
         report["positionEncoding"] = self.encoding
+        # Handlers pygls holds a future for: requests in flight (a leak would show here first).
+        report["handlersInFlight"] = len(self.protocol._request_futures)
         return report
 
 

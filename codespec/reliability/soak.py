@@ -256,7 +256,8 @@ def _probe(server: StdioServer, report: SoakReport) -> bool:
         report.errors.append(f"probe after the load: {exc}")
         return False
     report.server_stats = {key: stats.get(key) for key in ("requests", "answered", "empty", "cancelled",
-                                                          "superseded", "errors", "pending", "latencyMs")}
+                                                          "superseded", "errors", "pending", "latencyMs",
+                                                          "handlersInFlight")}
     report.server_stats["maxForwardsAfterCancel"] = stats.get("generations", {}).get("maxForwardsAfterCancel")
     return True
 

@@ -24,3 +24,18 @@ def test_burst_every_request_answered_nothing_lost(shared):
     assert report.documents_intact == 20, summary  # every keystroke applied, in order
     assert report.rss_growth_mb * 2**20 < RSS_LIMIT_BYTES, summary
     assert report.server_stats["maxForwardsAfterCancel"] <= 1, summary
+    # pygls 2.1.1 keeps a future per notification for ever; once idle, nothing may be held.
+    assert report.server_stats["handlersInFlight"] == 0, summary
+
+
+def test_notifications_leave_no_handler_state_behind(shared):
+    uri = "file:///load-test/notifications.py"
+    shared.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python", "version": 1,
+                                                            "text": ""}})
+    for version in range(2, 302):
+        at = {"line": 0, "character": version - 2}
+        shared.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": version},
+                                                 "contentChanges": [{"range": {"start": at, "end": at}, "text": "x"}]})
+    assert shared.result("codespec/documentText", {"uri": uri}) == {"text": "x" * 300, "version": 301}
+    assert shared.result("codespec/stats", {})["handlersInFlight"] == 0
+    shared.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
