@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
             from lsp.framing import serve_stdio
 
             serve_stdio(server, sys.stdin.buffer, protocol_out)
-        code = 0 if server.protocol._shutdown else 1
+        code = 0 if server.protocol._shutdown or getattr(server, "terminated", False) else 1
     except (KeyboardInterrupt, SystemExit):
         code = 0 if server.protocol._shutdown else 1
     except Exception:  # e.g. MemoryError for an absurd Content-Length: say so and exit, never wait on threads

@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import re
+import signal
 import threading
 from typing import Any, BinaryIO
 
@@ -120,14 +121,20 @@ def serve_stdio(server: Any, stdin: BinaryIO, stdout: BinaryIO) -> None:
 
 async def _read_loop(server: Any, stdin: BinaryIO) -> None:
     loop = asyncio.get_running_loop()
-    chunks: asyncio.Queue[bytes] = asyncio.Queue()
+    chunks: asyncio.Queue[bytes | None] = asyncio.Queue()
     in_flight = threading.BoundedSemaphore(CHUNKS_IN_FLIGHT)
     threading.Thread(target=_pump, args=(stdin, loop, chunks, in_flight), daemon=True,
                      name="codespec-stdin").start()
+    try:  # SIGTERM: stop reading and end as at EOF (model work is cancelled, nothing half-written)
+        loop.add_signal_handler(signal.SIGTERM, _terminated, server, chunks)
+    except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no signals here
+        pass
     parser = FrameParser()
     protocol = server.protocol
     while not server._stop_event.is_set():
         data = await chunks.get()
+        if data is None:  # SIGTERM
+            return
         in_flight.release()
         if not data:
             return
@@ -136,7 +143,13 @@ async def _read_loop(server: Any, stdin: BinaryIO) -> None:
             await asyncio.sleep(0)  # let handlers and cancellations run between frames of a chunk
 
 
-def _pump(stdin: BinaryIO, loop: asyncio.AbstractEventLoop, chunks: asyncio.Queue[bytes],
+def _terminated(server: Any, chunks: asyncio.Queue[bytes | None]) -> None:
+    logger.warning("SIGTERM: exiting")
+    server.terminated = True
+    chunks.put_nowait(None)
+
+
+def _pump(stdin: BinaryIO, loop: asyncio.AbstractEventLoop, chunks: asyncio.Queue[bytes | None],
           in_flight: threading.BoundedSemaphore) -> None:
     """The reader thread: blocking reads of whatever is available, handed to the loop whole."""
     try:
