@@ -330,13 +330,21 @@ def _write_marker(directory: Path, **info: Any) -> None:
 @contextlib.contextmanager
 def _conversion_lock(root: Path) -> Iterator[None]:
     """One conversion at a time per cache (they peak near 11 GB RAM), across processes."""
-    root.mkdir(parents=True, exist_ok=True)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        handle = open(root / LOCK_NAME, "a+")  # noqa: SIM115 - closed below, after the lock
+    except OSError as exc:
+        raise CodespecError(
+            f"the model cache {root} is not writable ({exc.strerror or exc}); a model must be converted into it "
+            "once: make it writable, or set CODESPEC_CACHE to a writable directory"
+        ) from None
     try:
         import fcntl
     except ImportError:  # not POSIX: no cross-process lock
-        yield
+        with handle:
+            yield
         return
-    with open(root / LOCK_NAME, "a+") as handle:
+    with handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
