@@ -5,6 +5,7 @@ a block rule remembers how far it has judged the text and only looks at the line
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from codespec.context.mode import indent_width
@@ -14,32 +15,10 @@ _CLOSING = {")", "]", "}"}
 _CLOSER_WORDS = ("end", "fi", "done", "esac", "until")
 
 
-def bracket_depth(text: str) -> int:
-    """Net open brackets in `text`, skipping simple one-line string literals."""
-    depth, quote = 0, ""
-    escaped = False
-    for char in text:
-        if quote:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == quote:
-                quote = ""
-        elif char in "\"'`":
-            quote = char
-        elif char in _OPENING:
-            depth += 1
-        elif char in _CLOSING:
-            depth -= 1
-        elif char == "\n":
-            quote = ""
-    return depth
-
-
-def first_unbalanced_closer(text: str) -> int | None:
-    """Index of the first closing bracket that closes something opened before `text`."""
-    depth, quote, escaped = 0, "", False
+def _bracket_steps(text: str) -> Iterator[tuple[int, int]]:
+    """(index, +1 or -1) for each bracket outside simple one-line string literals: a quote opens a
+    literal that its own quote or the line's end closes (so an apostrophe in a comment costs one line)."""
+    quote, escaped = "", False
     for index, char in enumerate(text):
         if quote:
             if escaped:
@@ -51,11 +30,23 @@ def first_unbalanced_closer(text: str) -> int | None:
         elif char in "\"'`":
             quote = char
         elif char in _OPENING:
-            depth += 1
+            yield index, 1
         elif char in _CLOSING:
-            depth -= 1
-            if depth < 0:
-                return index
+            yield index, -1
+
+
+def bracket_depth(text: str) -> int:
+    """Net open brackets in `text`."""
+    return sum(step for _, step in _bracket_steps(text))
+
+
+def first_unbalanced_closer(text: str) -> int | None:
+    """Index of the first closing bracket that closes something opened before `text`."""
+    depth = 0
+    for index, step in _bracket_steps(text):
+        depth += step
+        if depth < 0:
+            return index
     return None
 
 

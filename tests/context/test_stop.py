@@ -76,5 +76,7 @@ def test_line_stop_table() -> None:
 def test_bracket_helpers() -> None:
     assert bracket_depth("f(a, [1, 2]") == 1
     assert bracket_depth("s = ')'") == 0  # inside a string
+    assert bracket_depth("# don't\nf(") == 1  # an unmatched quote ends with its line
+    assert first_unbalanced_closer("# it's\n)") == 7
     assert first_unbalanced_closer("a, b) + c") == 4
     assert first_unbalanced_closer("g(x)") is None
