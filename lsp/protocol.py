@@ -7,6 +7,7 @@
 - A custom or unknown request may omit `params` (JSON-RPC 2.0); pygls would answer -32602.
 - A notification method sent with an id (a request) is answered with -32600; pygls would drop the
   id and handle it as a notification, leaving the request unanswered.
+- An error response to a request with `"id": null` keeps `"id": null` (pygls's converter drops it).
 - `$/cancelRequest` for an already answered request is normal editor traffic: debug, not warning.
 - Position encoding: utf-8 is chosen whenever the client offers it, else pygls's choice (utf-16).
 - pygls files the future of every generator-, coroutine- or thread-run notification handler under a
@@ -75,6 +76,12 @@ class CodespecProtocol(LanguageServerProtocol):
             self._send_response(message.id, error=error.to_response_error())
             return
         super().handle_message(message)
+
+    def _serialize_message(self, data: Any) -> Any:
+        out = super()._serialize_message(data)
+        if isinstance(out, dict) and "error" in out and "id" not in out and getattr(data, "id", 0) is None:
+            out = {**out, "id": None}  # JSON-RPC: an error response always has an id, null if unknown
+        return out
 
     def _execute_handler(self, msg_id, handler, callback, args=None, kwargs=None):
         super()._execute_handler(msg_id, handler, callback, args, kwargs)

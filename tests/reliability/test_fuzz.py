@@ -100,3 +100,12 @@ def test_the_reader_resynchronises_after_a_lying_content_length(server):
         server.send_bytes(b"\r\n")  # what a recovering client sends; the shared server must go on
         server.send({"jsonrpc": "2.0", "id": "after-recovery", "method": "codespec/stats", "params": {}})
         assert "result" in server.wait_response("after-recovery")
+
+
+def test_an_error_to_a_null_id_request_keeps_the_null_id(server):
+    server.send({"jsonrpc": "2.0", "id": None, "method": "codespec/nope", "params": {}})
+    server.send({"jsonrpc": "2.0", "id": "after-null", "method": "codespec/stats", "params": {}})
+    server.wait_response("after-null")
+    errors = [r for r in server.responses_for(None) if r.get("error", {}).get("code") == -32601]
+    assert errors and errors[-1]["id"] is None
+    assert not [v for v in server.received.violations if "codespec/nope" in v]
