@@ -49,6 +49,8 @@ def add_distill_arguments(parser: argparse.ArgumentParser) -> None:
                         help="share of FIM examples whose middle is the target's own greedy continuation "
                              "(sequence-level distillation; costs --greedy-tokens target decode steps each)")
     parser.add_argument("--greedy-tokens", type=int, default=48, help="longest greedy continuation")
+    parser.add_argument("--greedy-weight", type=float, default=1.0,
+                        help="loss weight of positions in those greedy middles, relative to the others")
     parser.add_argument("--greedy-batch", type=int, default=8, help="prompts per batched greedy generation")
     parser.add_argument("--eval-dtype", default="auto",
                         help="dtype of the saved draft and of --eval (default auto: what the server uses); "
@@ -123,6 +125,7 @@ def run_distill(args: argparse.Namespace) -> int:
     before = agreement(draft.model, held_examples, held_labels) if held_examples else None
     config = train.TrainConfig(seed=args.seed, lr=args.lr, rank=args.rank, alpha=2 * args.rank,
                                lora_layers=args.lora_layers, ce_weight=args.ce_weight, batch_examples=args.batch,
+                               greedy_weight=args.greedy_weight,
                                epochs=args.epochs, max_steps=args.max_steps, max_minutes=args.max_minutes,
                                checkpoint_every=args.checkpoint_every)
     torch.manual_seed(args.seed)

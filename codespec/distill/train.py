@@ -34,6 +34,9 @@ class TrainConfig:
     # a step. None = every layer.
     lora_layers: int | None = None
     ce_weight: float = 0.1
+    # Loss weight of the positions of "fim-greedy" examples (the target's own continuations: what the
+    # draft meets at decode time) relative to the others.
+    greedy_weight: float = 1.0
     batch_examples: int = 4  # examples per optimizer step (gradient accumulation, one example at a time)
     epochs: float = 2.0
     max_steps: int | None = None
@@ -144,15 +147,17 @@ def _train_step(model, optimizer, examples, labels, config: TrainConfig, state: 
         epoch, index = divmod(state.examples_seen, len(examples))
         batch.append(example_order(len(examples), config.seed, epoch)[index])
         state.examples_seen += 1
-    positions = sum(examples[i].positions for i in batch)
+    weight = lambda e: config.greedy_weight if e.kind == "fim-greedy" else 1.0  # noqa: E731
+    positions = sum(weight(examples[i]) * examples[i].positions for i in batch)
     lr_scale = min(1.0, (state.step + 1) / max(1, config.warmup_steps))
     for group in optimizer.param_groups:
         group["lr"] = config.lr * lr_scale
     optimizer.zero_grad(set_to_none=True)
     total = 0.0
     for i in batch:
-        # Sum over positions / positions of the whole batch: every position weighs the same.
-        loss = distill_loss(draft_logits(model, examples[i]), labels[i], config.ce_weight).sum() / positions
+        # Weighted sum over positions / weighted positions of the whole batch (all weigh 1 by default).
+        loss = weight(examples[i]) * distill_loss(draft_logits(model, examples[i]), labels[i],
+                                                  config.ce_weight).sum() / positions
         loss.backward()
         total += float(loss.detach())
     optimizer.step()

@@ -219,3 +219,13 @@ def test_distill_with_greedy_middles_and_bf16_training_saves_an_fp32_draft(repo,
     # Rebuilt from the saved greedy middles and labels (fp32 here, so only the positions are the run's).
     assert evaluation["agreement"]["base"]["by_kind"]["fim-greedy"]["positions"] == kinds["fim-greedy"]["positions"]
     assert evaluation["speculative"]["summary"]["distilled"]["divergences"] == 0
+
+    # --greedy-weight reweights the greedy positions (labels and greedy middles are reused from OUT/work).
+    (tmp_path / "weighted" / "work").mkdir(parents=True)
+    for name in ("labels-train.pt", "labels-heldout.pt", "greedy-train.pt", "greedy-heldout.pt"):
+        (tmp_path / "weighted" / "work" / name).write_bytes((out / "work" / name).read_bytes())
+    assert distill(repo, tmp_path / "weighted", "--max-steps", "6", "--greedy-fraction", "0.5", "--greedy-tokens", "8",
+                   "--dtype", "bf16", "--greedy-weight", "5") == 0
+    weighted = json.loads((tmp_path / "weighted" / "distill.json").read_text())
+    assert weighted["agreement"]["before"] == report["agreement"]["before"]  # same data, same labels
+    assert weighted["train"]["losses"] != report["train"]["losses"]
