@@ -567,6 +567,16 @@ def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[index]
 
 
+def emit_report(data: dict[str, Any], json_path: str | None) -> None:
+    """A driver's report: printed, and written to `json_path` when given."""
+    text = json.dumps(data, indent=2)
+    if json_path:
+        os.makedirs(os.path.dirname(os.path.abspath(json_path)), exist_ok=True)
+        with open(json_path, "w") as out:
+            out.write(text + "\n")
+    print(text)
+
+
 def main(argv: list[str] | None = None) -> int:
     from codespec.reliability.edits import run_edit_sequences
 
@@ -603,12 +613,7 @@ def main(argv: list[str] | None = None) -> int:
         data["edits_local"] = local.to_dict()
         ok = ok and local.ok
     data["ok"] = ok
-    text = json.dumps(data, indent=2)
-    if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        with open(args.json, "w") as out:
-            out.write(text + "\n")
-    print(text)
+    emit_report(data, args.json)
     return 0 if ok else 1
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from codespec.reliability import procinfo
-from codespec.reliability.fuzz import percentile
+from codespec.reliability.fuzz import emit_report, percentile
 from codespec.reliability.rpc import (
     WAIT_S,
     NoResponse,
@@ -299,12 +299,7 @@ def main(argv: list[str] | None = None) -> int:
             "seconds", "requests", "achieved_rate", "unanswered", "rss_start_mb", "rss_end_mb", "rss_growth_mb", "ok")}
     data["ok"] = report.ok and (warmup is None or warmup.unanswered == 0)
     data["exit_code"], data["processes_left"] = code, left
-    text = json.dumps(data, indent=2)
-    if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        with open(args.json, "w") as out:
-            out.write(text + "\n")
-    print(text)
+    emit_report(data, args.json)
     return 0 if data["ok"] and code == 0 and not left else 1
 
 
