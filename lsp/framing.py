@@ -85,12 +85,11 @@ class FrameParser:
 
     def _body_step(self, bodies: list[bytes]) -> bool:
         assert self.length is not None
-        window = bytes(self.buffer[max(0, self.scanned - BODY_SCAN_OVERLAP) : self.length])
-        if (match := HEADER_INSIDE_BODY.search(window)) is not None:
-            start = max(0, self.scanned - BODY_SCAN_OVERLAP) + match.start()
+        scan_from = max(0, self.scanned - BODY_SCAN_OVERLAP)
+        if (match := HEADER_INSIDE_BODY.search(self.buffer, scan_from, self.length)) is not None:
             logger.warning("a header inside a %d-byte body: its Content-Length was wrong; resynchronised",
                            self.length)
-            del self.buffer[:start]
+            del self.buffer[: match.start()]
             self.resyncs += 1
             self.in_body, self.length = False, None
             return True
