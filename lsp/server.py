@@ -46,6 +46,7 @@ class CodespecServer(LanguageServer):
         self.options = options
         self.documents: dict[str, Any] = {}  # uri -> codespec.context.Document
         self.encoding = "utf-16"
+        self.terminated = False  # set by the stdin loop on SIGTERM (lsp/framing.py): exit 0
         self.stats = ServerStats()
         self.engine: Any = None
         self._engine_key: tuple[Any, ...] | None = None
