@@ -52,17 +52,18 @@ def label_examples(model: torch.nn.Module, examples: Sequence[Example], top_k: i
         done.append(label_example(model, example, top_k))
         bar.update(len(example.ids))
         if time.monotonic() - last_save > save_every_s:
-            _save(path, key, done)
+            save_atomic(path, {"key": key, "labels": done})
             last_save = time.monotonic()
     bar.close()
-    _save(path, key, done)
+    save_atomic(path, {"key": key, "labels": done})
     return done
 
 
-def _save(path: Path, key: dict, labels: list[Labels]) -> None:
+def save_atomic(path: Path, payload: dict) -> None:
+    """`torch.save` through a temp file and a rename: a run killed mid-save leaves the previous file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    torch.save({"key": key, "labels": labels}, tmp)
+    torch.save(payload, tmp)
     tmp.replace(path)
 
 
@@ -102,9 +103,8 @@ def greedy_continuations(model: torch.nn.Module, prompts: Sequence[Sequence[int]
         for row, i in enumerate(chunk):
             done[i] = _cut_at_stop(out[row, width:].tolist(), stop_ids)
         bar.update(len(chunk))
-        _save_greedy(path, key, done)
+        save_atomic(path, {"key": key, "done": done})
     bar.close()
-    _save_greedy(path, key, done)
     return [done[i] for i in range(len(prompts))]
 
 
@@ -126,9 +126,3 @@ def _ids_digest(prompts: Sequence[Sequence[int]]) -> str:
         digest.update((",".join(map(str, prompt)) + ";").encode())
     return digest.hexdigest()[:16]
 
-
-def _save_greedy(path: Path, key: dict, done: dict[int, tuple[int, ...]]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    torch.save({"key": key, "done": done}, tmp)
-    tmp.replace(path)

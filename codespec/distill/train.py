@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from codespec.distill.data import Example
-from codespec.distill.teacher import Labels
+from codespec.distill.teacher import Labels, save_atomic
 from codespec.errors import CodespecError
 
 LORA_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -176,11 +176,8 @@ def _resume_key(config: TrainConfig) -> dict:
 def _save_checkpoint(path: Path, key: dict, model, optimizer, state: TrainState) -> None:
     from peft import get_peft_model_state_dict
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    torch.save({"key": key, "lora": get_peft_model_state_dict(model), "optimizer": optimizer.state_dict(),
-                "state": asdict(state)}, tmp)
-    tmp.replace(path)
+    save_atomic(path, {"key": key, "lora": get_peft_model_state_dict(model), "optimizer": optimizer.state_dict(),
+                       "state": asdict(state)})
 
 
 def _load_checkpoint(path: Path, key: dict, model, optimizer) -> TrainState | None:
