@@ -23,18 +23,16 @@ from codespec.distill.train import distill_loss, draft_logits
 def agreement(model: torch.nn.Module, examples: Sequence, labels: Sequence[Labels]) -> dict:
     """Share of positions where the draft's argmax is the target's, and the KL, in all and per kind of
     example (fim: the file's middle; fim-greedy: the target's own continuation, what decoding meets)."""
-    agree = positions = 0
     loss = 0.0
-    kinds: dict[str, list[int]] = {}
+    kinds: dict[str, list[int]] = {}  # kind -> [agreeing positions, positions]
     for example, label in zip(examples, labels, strict=True):
         logits = draft_logits(model, example)
-        same = int((logits.argmax(-1).cpu() == label.ids[:, 0].long()).sum())
-        agree += same
-        loss += float(distill_loss(logits, label, 0.0).sum())
-        positions += example.positions
         kind = kinds.setdefault(example.kind, [0, 0])
-        kind[0] += same
+        kind[0] += int((logits.argmax(-1).cpu() == label.ids[:, 0].long()).sum())
         kind[1] += example.positions
+        loss += float(distill_loss(logits, label, 0.0).sum())
+    agree = sum(a for a, _ in kinds.values())
+    positions = sum(n for _, n in kinds.values())
     return {"agreement": agree / positions if positions else 0.0,
             "kl": loss / positions if positions else 0.0, "positions": positions,
             "by_kind": {k: {"agreement": a / n, "positions": n} for k, (a, n) in sorted(kinds.items()) if n}}
