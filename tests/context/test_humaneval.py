@@ -6,6 +6,7 @@ import pytest
 from codespec.context import ContextCache, Document, build_context
 from codespec.context.humaneval import build_tasks, first_line, passes, rescore, run_tasks, summarize
 from codespec.tiny import tiny_tokenizer
+from tests.context.helpers import streamed
 
 
 @pytest.mark.parametrize("kind", ["single", "multi"])
@@ -27,19 +28,11 @@ def test_tasks_reassemble_the_canonical_solution(kind: str) -> None:
         ctx = build_context(doc, *doc.position_at(len(task.prefix)), tokenizer=tiny_tokenizer(), cache=cache)
         modes.append(ctx.mode)
         if kind == "multi":
-            assert streamed_stop(ctx.stop, task.middle) == task.middle  # the real body is not cut short
+            assert streamed(ctx.stop, task.middle) == task.middle  # the real body is not cut short
     if kind == "multi":
         assert modes.count("block") >= 0.9 * len(modes)
     else:  # a line right under an opener whose body it was is a block position too
         assert "none" not in modes and modes.count("line") >= 0.4 * len(modes)
-
-
-def streamed_stop(stop, text: str) -> str:
-    for end in range(1, len(text) + 1):
-        keep = stop(text[:end])
-        if keep is not None:
-            return text[:end][:keep]
-    return text
 
 
 def test_scoring_runs_the_tests() -> None:
