@@ -51,7 +51,12 @@ def add_distill_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--greedy-tokens", type=int, default=48, help="longest greedy continuation")
     parser.add_argument("--greedy-weight", type=float, default=1.0,
                         help="loss weight of positions in those greedy middles, relative to the others")
-    parser.add_argument("--greedy-batch", type=int, default=8, help="prompts per batched greedy generation")
+    parser.add_argument("--onpolicy-fraction", type=float, default=0.0,
+                        help="share of FIM examples whose middle is the draft's own greedy continuation, labelled "
+                             "by the target (on-policy distillation: the draft is taught where it goes wrong; a "
+                             "draft decode step per token, ~3x cheaper than the target's)")
+    parser.add_argument("--greedy-batch", type=int, default=8,
+                        help="prompts per batched generation (greedy and on-policy middles)")
     parser.add_argument("--eval-dtype", default="auto",
                         help="dtype of the saved draft and of --eval (default auto: what the server uses); "
                              "--dtype is for labelling and training (bf16 is ~4x faster on CPUs with AVX512-BF16)")
@@ -91,7 +96,8 @@ def run_distill(args: argparse.Namespace) -> int:
     progress = not args.quiet
     work = args.out / "work"
     if args.fresh:
-        for stale in ("labels-train.pt", "labels-heldout.pt", "checkpoint.pt", "greedy-train.pt", "greedy-heldout.pt"):
+        for stale in ("labels-train.pt", "labels-heldout.pt", "checkpoint.pt", *[f"{name}-{split}.pt" for name in
+                      MIDDLE_FILES for split in ("train", "heldout")]):
             (work / stale).unlink(missing_ok=True)
     files = data.collect_files(args.repo)
     train_files, held_files = data.split_files(files, args.holdout, args.seed)
@@ -102,13 +108,16 @@ def run_distill(args: argparse.Namespace) -> int:
     started = time.monotonic()
     target = load_model(args.target, device=args.device, dtype=args.dtype, progress=progress)
     data.fim_marker_ids(target.tokenizer)
+    # Loaded now (both fit easily): the on-policy middles are the draft's own continuations.
+    draft = load_model(args.draft, device=args.device, dtype=args.dtype, progress=progress)
+    _check_vocabulary(target.tokenizer, draft.tokenizer)
     train_examples = data.build_examples(train_files, target.tokenizer, example_config, seed=args.seed,
                                          max_positions=args.max_train_tokens)
     held_examples = data.build_examples(held_files, target.tokenizer, example_config, seed=args.seed + 1,
                                         max_positions=args.max_eval_tokens) if held_files else []
-    if args.greedy_fraction > 0:
-        train_examples = _greedy(target, train_examples, args, args.seed, work / "greedy-train.pt", "train")
-        held_examples = _greedy(target, held_examples, args, args.seed + 1, work / "greedy-heldout.pt", "held-out")
+    models = {"greedy": (target, args.target), "onpolicy": (draft, args.draft)}
+    train_examples = _model_middles(models, train_examples, args, args.seed, work, "train")
+    held_examples = _model_middles(models, held_examples, args, args.seed + 1, work, "heldout")
     _say(f"{len(train_examples)} training examples ({_kinds(train_examples)}), "
          f"{len(held_examples)} held-out ({_kinds(held_examples)})")
     train_labels = teacher.label_examples(target.model, train_examples, args.top_k, work / "labels-train.pt",
@@ -116,12 +125,9 @@ def run_distill(args: argparse.Namespace) -> int:
     held_labels = teacher.label_examples(target.model, held_examples, args.top_k, work / "labels-heldout.pt",
                                          desc="target labels (held-out)", progress=progress)
     label_s = time.monotonic() - started
-    target_tokenizer = target.tokenizer
-    del target  # the target and the trained draft need not share the memory
+    del target, models  # the target and the trained draft need not share the memory
     gc.collect()
 
-    draft = load_model(args.draft, device=args.device, dtype=args.dtype, progress=progress)
-    _check_vocabulary(target_tokenizer, draft.tokenizer)
     before = agreement(draft.model, held_examples, held_labels) if held_examples else None
     config = train.TrainConfig(seed=args.seed, lr=args.lr, rank=args.rank, alpha=2 * args.rank,
                                lora_layers=args.lora_layers, ce_weight=args.ce_weight, batch_examples=args.batch,
@@ -146,6 +152,7 @@ def run_distill(args: argparse.Namespace) -> int:
         "train_examples": len(train_examples), "heldout_examples": len(held_examples),
         "train_positions": sum(e.positions for e in train_examples), "label_s": round(label_s, 1),
         "greedy": {"fraction": args.greedy_fraction, "max_new_tokens": args.greedy_tokens},
+        "onpolicy": {"fraction": args.onpolicy_fraction, "max_new_tokens": args.greedy_tokens},
         "dtype": {"labels_and_training": args.dtype, "saved_and_eval": args.eval_dtype},
         "train": {**asdict(config), "steps": state.step, "seconds": round(state.seconds, 1),
                   "stopped_by": state.stopped_by, "losses": [round(x, 5) for x in state.losses]},
@@ -168,18 +175,51 @@ def run_distill(args: argparse.Namespace) -> int:
     return 0
 
 
-def _greedy(target, examples: list, args: argparse.Namespace, seed: int, path: Path, what: str) -> list:
-    """`examples` with a seeded share of the FIM middles replaced by the target's own greedy continuation."""
+# The files (OUT/work/NAME-{train,heldout}.pt) of the middles that models write, and the example kind.
+MIDDLE_FILES = {"greedy": "fim-greedy", "onpolicy": "fim-draft"}
+
+
+def _middle_choices(examples: list, greedy_fraction: float, onpolicy_fraction: float, seed: int) -> dict:
+    from codespec.distill import data
+
+    greedy = data.greedy_choice(examples, greedy_fraction, seed)
+    return {"greedy": greedy, "onpolicy": data.onpolicy_choice(examples, onpolicy_fraction, seed, exclude=greedy)}
+
+
+def _model_middles(models: dict, examples: list, args: argparse.Namespace, seed: int, work: Path, split: str) -> list:
+    """`examples` with seeded shares of the FIM middles replaced by the target's greedy continuation
+    (--greedy-fraction) and by the draft's own (--onpolicy-fraction); generated, or read from OUT/work."""
     from codespec.distill import data, teacher
 
-    chosen = data.greedy_choice(examples, args.greedy_fraction, seed)
-    if not chosen:
-        return examples
-    prompts = [examples[i].ids[: examples[i].train_from] for i in chosen]
-    middles = teacher.greedy_continuations(target.model, prompts, args.greedy_tokens, target.stop_ids, path,
-                                           batch=args.greedy_batch, desc=f"target greedy ({what})",
-                                           progress=not args.quiet)
-    return data.with_greedy_middles(examples, chosen, middles)
+    choices = _middle_choices(examples, args.greedy_fraction, args.onpolicy_fraction, seed)
+    for name, chosen in choices.items():
+        if not chosen:
+            continue
+        model, spec = models[name]
+        prompts = [examples[i].ids[: examples[i].train_from] for i in chosen]
+        middles = teacher.greedy_continuations(
+            model.model, prompts, args.greedy_tokens, models["greedy"][0].stop_ids, work / f"{name}-{split}.pt",
+            batch=args.greedy_batch, desc=f"{name} middles ({split})", progress=not args.quiet,
+            model_name=f"{spec} {args.dtype}")
+        examples = data.with_middles(examples, chosen, middles, MIDDLE_FILES[name])
+    return examples
+
+
+def _saved_middles(examples: list, meta: dict, seed: int, work: Path, split: str) -> list | None:
+    """The same, from what the run saved (None when something is missing: the repository changed)."""
+    from codespec.distill import data, teacher
+
+    choices = _middle_choices(examples, meta.get("greedy", {}).get("fraction", 0.0),
+                              meta.get("onpolicy", {}).get("fraction", 0.0), seed)
+    for name, chosen in choices.items():
+        if not chosen:
+            continue
+        middles = teacher.saved_continuations(work / f"{name}-{split}.pt",
+                                              [examples[i].ids[: examples[i].train_from] for i in chosen])
+        if middles is None:
+            return None
+        examples = data.with_middles(examples, chosen, middles, MIDDLE_FILES[name])
+    return examples
 
 
 # ----------------------------------------------------------------------------------------------- bench
@@ -232,32 +272,18 @@ def evaluate_dir(out: Path, *, target_spec: str, base_spec: str, device: str, dt
 
 def _agreement_from_saved(out: Path, meta: dict, tokenizer, base, distilled) -> dict | None:
     """Held-out agreement from the labels the distill run saved (no target forwards needed)."""
-    import torch
-
-    from codespec.distill import data
+    from codespec.distill import data, teacher
     from codespec.distill.evaluate import agreement
 
-    path = out / "work" / "labels-heldout.pt"
-    if not path.exists():
-        return None
     repo = Path(meta["repo"])
     held = [f for f in data.collect_files(repo) if f.relpath in set(meta["heldout_files"])]
     config = data.ExampleConfig(**meta["example_config"])
-    budget = meta.get("max_eval_tokens")
-    examples = data.build_examples(held, tokenizer, config, seed=meta["seed"] + 1, max_positions=budget)
-    greedy_path = out / "work" / "greedy-heldout.pt"
-    fraction = meta.get("greedy", {}).get("fraction", 0.0)
-    if fraction > 0 and greedy_path.exists():  # the held-out middles the target wrote during the run
-        chosen = data.greedy_choice(examples, fraction, meta["seed"] + 1)
-        done = torch.load(greedy_path, weights_only=False)["done"]
-        if sorted(done) != list(range(len(chosen))):
-            return None
-        examples = data.with_greedy_middles(examples, chosen, [done[i] for i in range(len(chosen))])
-    saved = torch.load(path, weights_only=False)
-    if saved["key"]["fingerprint"] != data.fingerprint(examples) or len(saved["labels"]) != len(examples):
+    examples = data.build_examples(held, tokenizer, config, seed=meta["seed"] + 1, max_positions=meta.get("max_eval_tokens"))
+    examples = _saved_middles(examples, meta, meta["seed"] + 1, out / "work", "heldout")
+    labels = teacher.saved_labels(out / "work" / "labels-heldout.pt", examples) if examples is not None else None
+    if labels is None:
         return None  # the repository changed since the run
-    return {"base": agreement(base.model, examples, saved["labels"]),
-            "distilled": agreement(distilled.model, examples, saved["labels"])}
+    return {"base": agreement(base.model, examples, labels), "distilled": agreement(distilled.model, examples, labels)}
 
 
 # ----------------------------------------------------------------------------------------------- helpers
@@ -270,8 +296,11 @@ def _check_args(args: argparse.Namespace) -> None:
             raise CodespecError(f"--{name.replace('_', '-')} must be >= 1")
     if args.max_minutes is not None and args.max_minutes <= 0:
         raise CodespecError("--max-minutes must be > 0")
-    if not 0.0 <= args.greedy_fraction <= 1.0:
-        raise CodespecError("--greedy-fraction must be in [0, 1]")
+    for name in ("greedy_fraction", "onpolicy_fraction"):
+        if not 0.0 <= getattr(args, name) <= 1.0:
+            raise CodespecError(f"--{name.replace('_', '-')} must be in [0, 1]")
+    if args.greedy_fraction + args.onpolicy_fraction > 1.0:
+        raise CodespecError("--greedy-fraction + --onpolicy-fraction must be <= 1 (they share the FIM examples)")
     if args.eval and args.holdout == 0:
         raise CodespecError("--eval needs held-out files (--holdout > 0)")
 
@@ -298,9 +327,10 @@ def _threads(threads: int | None) -> None:
 
 
 def _kinds(examples) -> str:
-    fim = sum(1 for e in examples if e.kind == "fim")
-    greedy = sum(1 for e in examples if e.kind == "fim-greedy")
-    return f"{fim} FIM, {greedy} FIM with the target's greedy middle, {len(examples) - fim - greedy} left-to-right"
+    names = {"fim": "FIM", "fim-greedy": "FIM with the target's greedy middle",
+             "fim-draft": "FIM with the draft's own middle", "l2r": "left-to-right"}
+    counts = {kind: sum(1 for e in examples if e.kind == kind) for kind in names}
+    return ", ".join(f"{n} {names[kind]}" for kind, n in counts.items() if n or kind in ("fim", "l2r"))
 
 
 def _first_last(losses: list[float]) -> str:

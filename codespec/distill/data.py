@@ -33,7 +33,7 @@ class Example:
     # The draft is trained on its predictions at positions train_from-1 .. len(ids)-1: the target's
     # next-token distribution exists at every position, even after the last token.
     train_from: int
-    kind: str  # "fim" | "l2r"
+    kind: str  # "fim" | "l2r" | "fim-greedy" (the target's middle) | "fim-draft" (the draft's)
     source: str  # relpath of the file
 
     @property
@@ -237,18 +237,29 @@ def fingerprint(examples: Sequence[Example]) -> str:
 def greedy_choice(examples: Sequence[Example], fraction: float, seed: int) -> list[int]:
     """Indices of a seeded `fraction` of the FIM examples, whose middle becomes the target's own greedy
     continuation (sequence-level distillation: at decode time the draft continues the target's output)."""
+    return _fim_choice(examples, fraction, seed * 7919 + 17, exclude=())
+
+
+def onpolicy_choice(examples: Sequence[Example], fraction: float, seed: int, exclude: Sequence[int]) -> list[int]:
+    """Indices of a seeded `fraction` of the FIM examples (counted over all of them), none in `exclude`,
+    whose middle becomes the draft's own greedy continuation (on-policy data: where the draft would go)."""
+    return _fim_choice(examples, fraction, seed * 7919 + 29, exclude=exclude)
+
+
+def _fim_choice(examples: Sequence[Example], fraction: float, salt: int, exclude: Sequence[int]) -> list[int]:
     fim = [i for i, e in enumerate(examples) if e.kind == "fim"]
-    if fraction <= 0 or not fim:
+    free = [i for i in fim if i not in set(exclude)]
+    if fraction <= 0 or not free:
         return []
     count = max(1, round(fraction * len(fim)))
-    return sorted(random.Random(seed * 7919 + 17).sample(fim, min(count, len(fim))))
+    return sorted(random.Random(salt).sample(free, min(count, len(free))))
 
 
-def with_greedy_middles(examples: Sequence[Example], chosen: Sequence[int],
-                        middles: Sequence[Sequence[int]]) -> list[Example]:
-    """`examples` with the middle of each chosen FIM example replaced by the target's continuation."""
+def with_middles(examples: Sequence[Example], chosen: Sequence[int], middles: Sequence[Sequence[int]],
+                 kind: str) -> list[Example]:
+    """`examples` with the middle of each chosen FIM example replaced (by a model's continuation), as `kind`."""
     replaced = list(examples)
     for i, middle in zip(chosen, middles, strict=True):
         e = examples[i]
-        replaced[i] = Example((*e.ids[: e.train_from], *middle), e.train_from, "fim-greedy", e.source)
+        replaced[i] = Example((*e.ids[: e.train_from], *middle), e.train_from, kind, e.source)
     return replaced

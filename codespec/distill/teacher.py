@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from codespec.distill.data import Example, fingerprint
+from codespec.distill.data import Example
 
 
 @dataclass
@@ -34,29 +34,46 @@ def label_example(model: torch.nn.Module, example: Example, top_k: int) -> Label
 
 def label_examples(model: torch.nn.Module, examples: Sequence[Example], top_k: int, path: Path, *,
                    desc: str = "labels", progress: bool = True, save_every_s: float = 60.0) -> list[Labels]:
-    """Labels for every example, saved to `path` as they come (a killed run resumes where it stopped)."""
+    """Labels for every example, saved to `path` as they come and kept per example (by its tokens): a killed
+    run resumes where it stopped, and a run on another mix of examples relabels only the new ones."""
     from tqdm import tqdm
 
-    key = {"fingerprint": fingerprint(examples), "top_k": top_k}
-    done: list[Labels] = []
+    key = {"top_k": top_k}
+    cache: dict[str, Labels] = {}
     if path.exists():
         saved = torch.load(path, weights_only=False)
         if saved.get("key") == key:
-            done = saved["labels"]
+            cache = saved["by_example"]
+    digests = [example_digest(e) for e in examples]
+    todo = [(d, e) for d, e in zip(digests, examples, strict=True) if d not in cache]
     last_save = time.monotonic()
-    todo = examples[len(done):]
     # Counted in tokens through the target (its cost), not in labelled positions: the ETA is then right.
-    bar = tqdm(total=sum(len(e.ids) for e in examples), initial=sum(len(e.ids) for e in examples[:len(done)]),
-               desc=desc, unit="tok", disable=not progress, dynamic_ncols=True)
-    for example in todo:
-        done.append(label_example(model, example, top_k))
+    total = sum(len(e.ids) for e in examples)
+    bar = tqdm(total=total, initial=total - sum(len(e.ids) for _, e in todo), desc=desc, unit="tok",
+               disable=not progress, dynamic_ncols=True)
+    for digest, example in todo:
+        cache[digest] = label_example(model, example, top_k)
         bar.update(len(example.ids))
         if time.monotonic() - last_save > save_every_s:
-            save_atomic(path, {"key": key, "labels": done})
+            save_atomic(path, {"key": key, "by_example": cache})
             last_save = time.monotonic()
     bar.close()
-    save_atomic(path, {"key": key, "labels": done})
-    return done
+    if todo or not path.exists():
+        save_atomic(path, {"key": key, "by_example": cache})
+    return [cache[d] for d in digests]
+
+
+def saved_labels(path: Path, examples: Sequence[Example]) -> list[Labels] | None:
+    """The labels a run saved for `examples`, or None when any is missing (the repository changed)."""
+    if not path.exists():
+        return None
+    cache = torch.load(path, weights_only=False).get("by_example", {})
+    digests = [example_digest(e) for e in examples]
+    return [cache[d] for d in digests] if all(d in cache for d in digests) else None
+
+
+def example_digest(example: Example) -> str:
+    return _ids_digest([example.ids, (example.train_from,)])
 
 
 def save_atomic(path: Path, payload: dict) -> None:
@@ -73,24 +90,27 @@ def save_atomic(path: Path, payload: dict) -> None:
 @torch.inference_mode()
 def greedy_continuations(model: torch.nn.Module, prompts: Sequence[Sequence[int]], max_new_tokens: int,
                          stop_ids: Sequence[int], path: Path, *, batch: int = 8, desc: str = "target greedy",
-                         progress: bool = True) -> list[tuple[int, ...]]:
-    """The target's own greedy continuation of each prompt (up to, not including, a stop token), batched with
-    left padding, saved to `path` after every batch (a killed run resumes where it stopped).
+                         progress: bool = True, model_name: str = "") -> list[tuple[int, ...]]:
+    """`model`'s own greedy continuation of each prompt (up to, not including, a stop token), batched with
+    left padding, saved to `path` after every batch and kept per prompt (a killed run resumes where it
+    stopped; another mix of prompts generates only the new ones). `model_name` is part of the file's key.
 
-    This is what the draft meets at decode time: it continues the target's output, not the file's text."""
+    With the target this is what the draft meets at decode time (it continues the target's output); with
+    the draft itself it is on-policy data: where the draft would go, labelled by the target."""
     from tqdm import tqdm
 
-    key = {"prompts": _ids_digest(prompts), "max_new_tokens": max_new_tokens, "stop": sorted(stop_ids)}
-    done: dict[int, tuple[int, ...]] = {}
+    key = {"model": model_name, "max_new_tokens": max_new_tokens, "stop": sorted(stop_ids)}
+    done: dict[str, tuple[int, ...]] = {}
     if path.exists():
         saved = torch.load(path, weights_only=False)
         if saved.get("key") == key:
-            done = saved["done"]
+            done = saved["by_prompt"]
+    digests = [_ids_digest([p]) for p in prompts]
     device = next(model.parameters()).device
     # Similar lengths together: less padding. The order is a pure function of the prompts.
-    order = sorted((i for i in range(len(prompts)) if i not in done), key=lambda i: (len(prompts[i]), i))
+    order = sorted({d: i for i, d in enumerate(digests) if d not in done}.values(), key=lambda i: (len(prompts[i]), i))
     pad = stop_ids[0] if stop_ids else 0
-    bar = tqdm(total=len(prompts), initial=len(done), desc=desc, unit="prompt", disable=not progress,
+    bar = tqdm(total=len(prompts), initial=len(prompts) - len(order), desc=desc, unit="prompt", disable=not progress,
                dynamic_ncols=True)
     for first in range(0, len(order), batch):
         chunk = order[first : first + batch]
@@ -101,11 +121,20 @@ def greedy_continuations(model: torch.nn.Module, prompts: Sequence[Sequence[int]
                              do_sample=False, eos_token_id=list(stop_ids) or None, pad_token_id=pad,
                              temperature=None, top_p=None, top_k=None)
         for row, i in enumerate(chunk):
-            done[i] = _cut_at_stop(out[row, width:].tolist(), stop_ids)
+            done[digests[i]] = _cut_at_stop(out[row, width:].tolist(), stop_ids)
         bar.update(len(chunk))
-        save_atomic(path, {"key": key, "done": done})
+        save_atomic(path, {"key": key, "by_prompt": done})
     bar.close()
-    return [done[i] for i in range(len(prompts))]
+    return [done[d] for d in digests]
+
+
+def saved_continuations(path: Path, prompts: Sequence[Sequence[int]]) -> list[tuple[int, ...]] | None:
+    """The continuations a run saved for `prompts`, or None when any is missing."""
+    if not path.exists():
+        return None
+    done = torch.load(path, weights_only=False).get("by_prompt", {})
+    digests = [_ids_digest([p]) for p in prompts]
+    return [done[d] for d in digests] if all(d in done for d in digests) else None
 
 
 def _cut_at_stop(tokens: list[int], stop_ids: Sequence[int]) -> tuple[int, ...]:

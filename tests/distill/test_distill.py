@@ -190,7 +190,7 @@ def test_greedy_continuations_are_the_targets_greedy_output_batched_and_resumed(
     assert chosen == data.greedy_choice(examples, 0.5, seed=0)
     assert chosen and all(examples[i].kind == "fim" for i in chosen)
     middles = [(7,) * (i % 3) for i in range(len(chosen))]  # the empty middle: the target stopped at once
-    replaced = data.with_greedy_middles(examples, chosen, middles)
+    replaced = data.with_middles(examples, chosen, middles, "fim-greedy")
     for i, middle in zip(chosen, middles, strict=True):
         e, r = examples[i], replaced[i]
         assert r.kind == "fim-greedy" and r.ids == (*e.ids[: e.train_from], *middle)
@@ -229,3 +229,49 @@ def test_distill_with_greedy_middles_and_bf16_training_saves_an_fp32_draft(repo,
     weighted = json.loads((tmp_path / "weighted" / "distill.json").read_text())
     assert weighted["agreement"]["before"] == report["agreement"]["before"]  # same data, same labels
     assert weighted["train"]["losses"] != report["train"]["losses"]
+
+
+def test_labels_are_kept_per_example_and_reused_across_example_sets(repo, tmp_path):
+    from codespec.distill.teacher import label_examples, saved_labels
+
+    examples = data.build_examples(data.collect_files(repo), tiny_tokenizer(), data.ExampleConfig(seq_len=64), seed=0)
+    examples = list({(e.ids, e.train_from): e for e in examples}.values())  # the same tokens are one example
+    first, later = examples[:4], [*examples[2:4], *examples[4:7]]
+    path = tmp_path / "labels.pt"
+    labels = label_examples(tiny_model(0), first, 8, path, progress=False)
+    # Another model on an overlapping set: the two shared examples keep the first labels, the rest are new.
+    other = tiny_model(1)
+    relabelled = label_examples(other, later, 8, path, progress=False)
+    for got, want in zip(relabelled[:2], labels[2:4], strict=True):
+        assert torch.equal(got.ids, want.ids) and torch.equal(got.logprobs, want.logprobs)
+    for got, example in zip(relabelled[2:], later[2:], strict=True):
+        assert torch.equal(got.ids, label_example(other, example, 8).ids)
+    assert saved_labels(path, examples[:7]) is not None and saved_labels(path, examples[:8]) is None
+    assert label_examples(tiny_model(0), later, 4, path, progress=False)[0].ids.shape[1] == 4  # another top-k
+
+
+def test_onpolicy_middles_are_the_drafts_own_greedy_continuations(repo, tmp_path, capsys):
+    out = tmp_path / "draft"
+    assert distill(repo, out, "--max-steps", "4", "--greedy-fraction", "0.25", "--onpolicy-fraction", "0.25",
+                   "--greedy-tokens", "8", "--max-eval-tokens", "1500", "--fim-fraction", "0.8") == 0
+    report = json.loads((out / "distill.json").read_text())
+    kinds = report["agreement"]["before"]["by_kind"]
+    assert {"fim", "fim-greedy", "fim-draft"} <= kinds.keys()
+    assert "FIM with the draft's own middle" in capsys.readouterr().err
+    # Rebuild the held-out examples: the fim-draft middles are what the (untrained) draft writes greedily.
+    files = [f for f in data.collect_files(repo) if f.relpath in report["heldout_files"]]
+    examples = data.build_examples(files, tiny_tokenizer(), data.ExampleConfig(**report["example_config"]),
+                                   seed=1, max_positions=report["max_eval_tokens"])
+    greedy = data.greedy_choice(examples, 0.25, seed=1)
+    onpolicy = data.onpolicy_choice(examples, 0.25, seed=1, exclude=greedy)
+    assert onpolicy and not set(onpolicy) & set(greedy) and all(examples[i].kind == "fim" for i in onpolicy)
+    saved = torch.load(out / "work" / "onpolicy-heldout.pt", weights_only=False)
+    assert saved["key"]["model"] == "tiny:1 auto"
+    stop = set(stop_token_ids(tiny_tokenizer()))
+    draft = tiny_model(1)
+    assert len(saved["by_prompt"]) == len(onpolicy)
+    for i in onpolicy:
+        prompt = list(examples[i].ids[: examples[i].train_from])
+        assert tuple(reference_greedy(draft, prompt, 8, stop)) in saved["by_prompt"].values()
+    assert kinds["fim-draft"]["positions"] == sum(len(m) + 1 for m in saved["by_prompt"].values())
+    assert distill(repo, tmp_path / "o", "--greedy-fraction", "0.6", "--onpolicy-fraction", "0.6") == 2
