@@ -87,7 +87,7 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
 def run_distill(args: argparse.Namespace) -> int:
     import torch
 
-    from codespec.distill import data, teacher, train
+    from codespec.distill import data, train
     from codespec.distill.evaluate import agreement
     from codespec.models import load_model, resolve_device, resolve_dtype
 
@@ -95,37 +95,17 @@ def run_distill(args: argparse.Namespace) -> int:
     _threads(args.threads)
     progress = not args.quiet
     work = args.out / "work"
-    if args.fresh:
-        for stale in ("labels-train.pt", "labels-heldout.pt", "checkpoint.pt", *[f"{name}-{split}.pt" for name in
-                      MIDDLE_FILES for split in ("train", "heldout")]):
-            (work / stale).unlink(missing_ok=True)
-    files = data.collect_files(args.repo)
-    train_files, held_files = data.split_files(files, args.holdout, args.seed)
-    example_config = data.ExampleConfig(seq_len=args.seq_len, fim_fraction=args.fim_fraction)
-    _say(f"{len(files)} files: {len(train_files)} for training, {len(held_files)} held out "
-         f"({', '.join(f.relpath for f in held_files) or 'none'})")
-
+    accelerator = train.make_accelerator(resolve_device(args.device))
+    # Under `accelerate launch` each process trains on its own device; alone, where --device says.
+    device = str(accelerator.device) if accelerator.num_processes > 1 else args.device
     started = time.monotonic()
-    target = load_model(args.target, device=args.device, dtype=args.dtype, progress=progress)
-    data.fim_marker_ids(target.tokenizer)
-    # Loaded now (both fit easily): the on-policy middles are the draft's own continuations.
-    draft = load_model(args.draft, device=args.device, dtype=args.dtype, progress=progress)
-    _check_vocabulary(target.tokenizer, draft.tokenizer)
-    train_examples = data.build_examples(train_files, target.tokenizer, example_config, seed=args.seed,
-                                         max_positions=args.max_train_tokens)
-    held_examples = data.build_examples(held_files, target.tokenizer, example_config, seed=args.seed + 1,
-                                        max_positions=args.max_eval_tokens) if held_files else []
-    models = {"greedy": (target, args.target), "onpolicy": (draft, args.draft)}
-    train_examples = _model_middles(models, train_examples, args, args.seed, work, "train")
-    held_examples = _model_middles(models, held_examples, args, args.seed + 1, work, "heldout")
-    _say(f"{len(train_examples)} training examples ({_kinds(train_examples)}), "
-         f"{len(held_examples)} held-out ({_kinds(held_examples)})")
-    train_labels = teacher.label_examples(target.model, train_examples, args.top_k, work / "labels-train.pt",
-                                          desc="target labels (train)", progress=progress)
-    held_labels = teacher.label_examples(target.model, held_examples, args.top_k, work / "labels-heldout.pt",
-                                         desc="target labels (held-out)", progress=progress)
+    # The main process generates and labels; the others then find every label in OUT/work.
+    with accelerator.main_process_first():
+        target, draft, split, train_examples, held_examples, train_labels, held_labels = _labelled_examples(
+            args, device, work, fresh=args.fresh and accelerator.is_main_process)
+    train_files, held_files, example_config = split
     label_s = time.monotonic() - started
-    del target, models  # the target and the trained draft need not share the memory
+    del target  # the target and the trained draft need not share the memory
     gc.collect()
 
     before = agreement(draft.model, held_examples, held_labels) if held_examples else None
@@ -136,12 +116,15 @@ def run_distill(args: argparse.Namespace) -> int:
                                checkpoint_every=args.checkpoint_every)
     torch.manual_seed(args.seed)
     peft_model, state = train.train_lora(draft.model, train_examples, train_labels, config, work / "checkpoint.pt",
-                                         data_key=data.fingerprint(train_examples), progress=progress)
+                                         data_key=data.fingerprint(train_examples), progress=progress,
+                                         accelerator=accelerator)
+    if not accelerator.is_main_process:
+        return 0  # the main process saves and evaluates
     after = agreement(peft_model, held_examples, held_labels) if held_examples else None  # same dtype as before
-    eval_dtype = resolve_dtype(args.eval_dtype, resolve_device(args.device))
+    eval_dtype = resolve_dtype(args.eval_dtype, resolve_device(device))
     fresh_base = None
     if eval_dtype != next(draft.model.parameters()).dtype:  # merge into the base weights in the saved dtype
-        fresh_base = lambda: load_model(args.draft, device=args.device, dtype=args.eval_dtype,  # noqa: E731
+        fresh_base = lambda: load_model(args.draft, device=device, dtype=args.eval_dtype,  # noqa: E731
                                         progress=progress).model
     merged = train.save_merged(peft_model, draft.tokenizer, args.out, base=fresh_base)
     report = {
@@ -168,11 +151,49 @@ def run_distill(args: argparse.Namespace) -> int:
     del peft_model, merged, draft
     gc.collect()
     if args.eval:
-        evaluate_dir(args.out, target_spec=args.target, base_spec=args.draft, device=args.device, dtype=args.eval_dtype,
+        evaluate_dir(args.out, target_spec=args.target, base_spec=args.draft, device=device, dtype=args.eval_dtype,
                      prompts=args.eval_prompts, max_new_tokens=args.eval_max_tokens, progress=progress,
                      prefix_tokens=args.eval_prefix_tokens,
                      agreement_report={"base": before, "distilled": after})
     return 0
+
+
+def _labelled_examples(args: argparse.Namespace, device: str, work: Path, *, fresh: bool) -> tuple:
+    """Both models, the split, the examples (with the models' middles) and the target's labels."""
+    from codespec.distill import data, teacher
+    from codespec.models import load_model
+
+    progress = not args.quiet
+    if fresh:
+        for stale in ("labels-train.pt", "labels-heldout.pt", "checkpoint.pt", *[f"{name}-{split}.pt" for name in
+                      MIDDLE_FILES for split in ("train", "heldout")]):
+            (work / stale).unlink(missing_ok=True)
+    files = data.collect_files(args.repo)
+    train_files, held_files = data.split_files(files, args.holdout, args.seed)
+    example_config = data.ExampleConfig(seq_len=args.seq_len, fim_fraction=args.fim_fraction)
+    _say(f"{len(files)} files: {len(train_files)} for training, {len(held_files)} held out "
+         f"({', '.join(f.relpath for f in held_files) or 'none'})")
+
+    target = load_model(args.target, device=device, dtype=args.dtype, progress=progress)
+    data.fim_marker_ids(target.tokenizer)
+    # Loaded now (both fit easily): the on-policy middles are the draft's own continuations.
+    draft = load_model(args.draft, device=device, dtype=args.dtype, progress=progress)
+    _check_vocabulary(target.tokenizer, draft.tokenizer)
+    train_examples = data.build_examples(train_files, target.tokenizer, example_config, seed=args.seed,
+                                         max_positions=args.max_train_tokens)
+    held_examples = data.build_examples(held_files, target.tokenizer, example_config, seed=args.seed + 1,
+                                        max_positions=args.max_eval_tokens) if held_files else []
+    models = {"greedy": (target, args.target), "onpolicy": (draft, args.draft)}
+    train_examples = _model_middles(models, train_examples, args, args.seed, work, "train")
+    held_examples = _model_middles(models, held_examples, args, args.seed + 1, work, "heldout")
+    _say(f"{len(train_examples)} training examples ({_kinds(train_examples)}), "
+         f"{len(held_examples)} held-out ({_kinds(held_examples)})")
+    train_labels = teacher.label_examples(target.model, train_examples, args.top_k, work / "labels-train.pt",
+                                          desc="target labels (train)", progress=progress)
+    held_labels = teacher.label_examples(target.model, held_examples, args.top_k, work / "labels-heldout.pt",
+                                         desc="target labels (held-out)", progress=progress)
+    return (target, draft, (train_files, held_files, example_config), train_examples, held_examples,
+            train_labels, held_labels)
 
 
 # The files (OUT/work/NAME-{train,heldout}.pt) of the middles that models write, and the example kind.

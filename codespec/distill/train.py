@@ -1,12 +1,14 @@
 """LoRA distillation of the draft: minimise KL(target || draft) on the target's top-k labels (plus an
 optional cross-entropy on the target's argmax, the token greedy verification accepts).
 
-Single process on purpose: CPU and one GPU need nothing else, and the loop stays simple to resume.
-Checkpoints hold the LoRA weights, the optimizer, the step and the data cursor; a run resumed from one
+Distribution is `accelerate`'s: run as `accelerate launch -m codespec.cli distill ...`, every process takes
+its share of each batch's examples and DDP sums the gradients; one process (CPU, one GPU) needs nothing
+else. Checkpoints hold the LoRA weights, the optimizer, the step and the data cursor; a run resumed from one
 continues exactly as if it had not stopped (the data order is a function of the seed and the epoch)."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 import time
@@ -100,13 +102,22 @@ def example_order(n: int, seed: int, epoch: int) -> list[int]:
     return order
 
 
+def make_accelerator(device: torch.device):
+    """One process: the model stays where it was loaded. Under `accelerate launch`: one process per device."""
+    from accelerate import Accelerator
+
+    return Accelerator(cpu=device.type == "cpu", device_placement=False)
+
+
 def train_lora(model: torch.nn.Module, examples: Sequence[Example], labels: Sequence[Labels], config: TrainConfig,
-               checkpoint: Path, *, data_key: str, progress: bool = True) -> tuple[torch.nn.Module, TrainState]:
+               checkpoint: Path, *, data_key: str, progress: bool = True, accelerator=None
+               ) -> tuple[torch.nn.Module, TrainState]:
     """Train LoRA adapters on `model` (returned wrapped by peft) and the final TrainState."""
     from tqdm import tqdm
 
     if not examples:
         raise CodespecError("no training examples (is the repository empty, or all of it held out?)")
+    accelerator = accelerator or make_accelerator(next(model.parameters()).device)
     peft_model = add_lora(model, config)
     peft_model.train()
     params = [p for p in peft_model.parameters() if p.requires_grad]
@@ -115,33 +126,39 @@ def train_lora(model: torch.nn.Module, examples: Sequence[Example], labels: Sequ
     key = {"data": data_key, "config": _resume_key(config)}
     if checkpoint.exists():
         state = _load_checkpoint(checkpoint, key, peft_model, optimizer) or state
+    # DDP around the peft model when there are several processes; the same objects otherwise.
+    wrapped, optimizer = accelerator.prepare(peft_model, optimizer)
     total_steps = math.ceil(config.epochs * len(examples) / config.batch_examples)
     if config.max_steps is not None:
         total_steps = min(total_steps, config.max_steps)
     budget_s = config.max_minutes * 60 if config.max_minutes is not None else math.inf
-    bar = tqdm(total=total_steps, initial=state.step, desc="train", unit="step", disable=not progress,
-               dynamic_ncols=True)
+    bar = tqdm(total=total_steps, initial=state.step, desc="train", unit="step",
+               disable=not progress or not accelerator.is_main_process, dynamic_ncols=True)
     started = time.monotonic() - state.seconds
     state.stopped_by = "steps"
     while state.step < total_steps:
-        if time.monotonic() - started >= budget_s:
+        # Every process must stop at the same step: the main one's clock decides.
+        out_of_time = torch.tensor(float(time.monotonic() - started >= budget_s), device=accelerator.device)
+        if float(accelerator.reduce(out_of_time, "max")):
             state.stopped_by = "time"
             break
-        loss = _train_step(peft_model, optimizer, examples, labels, config, state)
+        loss = _train_step(wrapped, optimizer, examples, labels, config, state, accelerator)
         state.losses.append(loss)
         state.seconds = time.monotonic() - started
         bar.update()
         bar.set_postfix(loss=f"{loss:.4f}")
-        if state.step % config.checkpoint_every == 0:
+        if state.step % config.checkpoint_every == 0 and accelerator.is_main_process:
             _save_checkpoint(checkpoint, key, peft_model, optimizer, state)
     state.seconds = time.monotonic() - started
     bar.close()
-    _save_checkpoint(checkpoint, key, peft_model, optimizer, state)
+    if accelerator.is_main_process:
+        _save_checkpoint(checkpoint, key, peft_model, optimizer, state)
+    accelerator.wait_for_everyone()
     peft_model.eval()
     return peft_model, state
 
 
-def _train_step(model, optimizer, examples, labels, config: TrainConfig, state: TrainState) -> float:
+def _train_step(model, optimizer, examples, labels, config: TrainConfig, state: TrainState, accelerator) -> float:
     batch = []
     for _ in range(config.batch_examples):
         epoch, index = divmod(state.examples_seen, len(examples))
@@ -153,16 +170,25 @@ def _train_step(model, optimizer, examples, labels, config: TrainConfig, state: 
     for group in optimizer.param_groups:
         group["lr"] = config.lr * lr_scale
     optimizer.zero_grad(set_to_none=True)
-    total = 0.0
-    for i in batch:
-        # Weighted sum over positions / weighted positions of the whole batch (all weigh 1 by default).
-        loss = weight(examples[i]) * distill_loss(draft_logits(model, examples[i]), labels[i],
-                                                  config.ce_weight).sum() / positions
-        loss.backward()
-        total += float(loss.detach())
+    # Each process takes every n-th example of the batch; DDP averages gradients over the processes, so
+    # the loss is scaled by their number to give the gradient of the whole batch's loss.
+    mine = batch[accelerator.process_index :: accelerator.num_processes]
+    scale = accelerator.num_processes
+    total = torch.zeros((), device=accelerator.device)
+    for n, i in enumerate(mine):
+        # Gradients are exchanged once per step, on the last backward.
+        sync = contextlib.nullcontext() if n == len(mine) - 1 else accelerator.no_sync(model)
+        with sync:
+            # Weighted sum over positions / weighted positions of the whole batch (all weigh 1 by default).
+            loss = weight(examples[i]) * distill_loss(draft_logits(model, examples[i]), labels[i],
+                                                      config.ce_weight).sum() / positions
+            accelerator.backward(loss * scale)
+        total += loss.detach()
+    if not mine:  # more processes than examples: this one still takes part in the gradient exchange
+        accelerator.backward(sum(p.sum() for p in model.parameters() if p.requires_grad) * 0.0)
     optimizer.step()
     state.step += 1
-    return total
+    return float(accelerator.reduce(total, "sum"))
 
 
 def _resume_key(config: TrainConfig) -> dict:

@@ -275,3 +275,33 @@ def test_onpolicy_middles_are_the_drafts_own_greedy_continuations(repo, tmp_path
         assert tuple(reference_greedy(draft, prompt, 8, stop)) in saved["by_prompt"].values()
     assert kinds["fim-draft"]["positions"] == sum(len(m) + 1 for m in saved["by_prompt"].values())
     assert distill(repo, tmp_path / "o", "--greedy-fraction", "0.6", "--onpolicy-fraction", "0.6") == 2
+
+
+def test_two_processes_under_accelerate_launch_train_like_one(repo, tmp_path):
+    """Multi-device training is accelerate's DDP (gloo on this CPU, NCCL on GPUs): each process takes its
+    share of every batch and the gradients are summed, so two processes train what one does."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    common = ["--repo", str(repo), "--target", "tiny:0", "--draft", "tiny:1", "--seq-len", "96",
+              "--max-train-tokens", "700", "--max-eval-tokens", "300", "--batch", "3", "--lr", "3e-3",
+              "--max-steps", "4", "--quiet", "--threads", "1"]
+    launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+              "--num_machines", "1", "--main_process_port", str(port), "--mixed_precision", "no",
+              "--dynamo_backend", "no", "-m", "codespec.cli", "distill", "--out", str(tmp_path / "two"), *common]
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run(launch, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stderr.count(" files: 4 for training") == 2  # both processes ran
+    assert main(["distill", "--out", str(tmp_path / "one"), *common]) == 0
+    two, one = (json.loads((tmp_path / d / "distill.json").read_text()) for d in ("two", "one"))
+    assert two["train"]["steps"] == one["train"]["steps"] == 4
+    assert two["train"]["losses"] == pytest.approx(one["train"]["losses"], rel=1e-4)
+    merged_two, merged_one = (load_model(str(tmp_path / d)).model.state_dict() for d in ("two", "one"))
+    for name, weight in merged_one.items():
+        assert torch.allclose(merged_two[name], weight, atol=1e-5), name
