@@ -105,6 +105,7 @@ def run_distill(args: argparse.Namespace) -> int:
             args, device, work, fresh=args.fresh and accelerator.is_main_process)
     train_files, held_files, example_config = split
     label_s = time.monotonic() - started
+    cache_keys = _cache_keys(args, target.stop_ids)
     del target  # the target and the trained draft need not share the memory
     gc.collect()
 
@@ -140,6 +141,7 @@ def run_distill(args: argparse.Namespace) -> int:
         "train": {**asdict(config), "steps": state.step, "seconds": round(state.seconds, 1),
                   "stopped_by": state.stopped_by, "losses": [round(x, 5) for x in state.losses]},
         "agreement": {"before": before, "after": after},
+        "caches": cache_keys,  # the keys of OUT/work's label and middle files: `bench distill` reads them
         "command": " ".join(["codespec", *sys.argv[1:]]) if sys.argv[0].endswith("codespec") else None,
     }
     (args.out / REPORT).write_text(json.dumps(report, indent=1))
@@ -200,6 +202,16 @@ def _labelled_examples(args: argparse.Namespace, device: str, work: Path, *, fre
 MIDDLE_FILES = {"greedy": "fim-greedy", "onpolicy": "fim-draft"}
 
 
+def _cache_keys(args: argparse.Namespace, stop_ids: list[int]) -> dict:
+    """What the labels and each model's middles in OUT/work depend on, besides the examples themselves."""
+    from codespec.distill import teacher
+
+    specs = {"greedy": args.target, "onpolicy": args.draft}
+    return {"labels": teacher.labels_key(args.top_k),
+            **{name: teacher.continuations_key(f"{spec} {args.dtype}", args.greedy_tokens, stop_ids)
+               for name, spec in specs.items()}}
+
+
 def _middle_choices(examples: list, greedy_fraction: float, onpolicy_fraction: float, seed: int) -> dict:
     from codespec.distill import data
 
@@ -236,7 +248,8 @@ def _saved_middles(examples: list, meta: dict, seed: int, work: Path, split: str
         if not chosen:
             continue
         middles = teacher.saved_continuations(work / f"{name}-{split}.pt",
-                                              [examples[i].ids[: examples[i].train_from] for i in chosen])
+                                              [examples[i].ids[: examples[i].train_from] for i in chosen],
+                                              meta.get("caches", {}).get(name))
         if middles is None:
             return None
         examples = data.with_middles(examples, chosen, middles, MIDDLE_FILES[name])
@@ -301,7 +314,8 @@ def _agreement_from_saved(out: Path, meta: dict, tokenizer, base, distilled) -> 
     config = data.ExampleConfig(**meta["example_config"])
     examples = data.build_examples(held, tokenizer, config, seed=meta["seed"] + 1, max_positions=meta.get("max_eval_tokens"))
     examples = _saved_middles(examples, meta, meta["seed"] + 1, out / "work", "heldout")
-    labels = teacher.saved_labels(out / "work" / "labels-heldout.pt", examples) if examples is not None else None
+    labels = (teacher.saved_labels(out / "work" / "labels-heldout.pt", examples, meta.get("caches", {}).get("labels"))
+              if examples is not None else None)
     if labels is None:
         return None  # the repository changed since the run
     return {"base": agreement(base.model, examples, labels), "distilled": agreement(distilled.model, examples, labels)}

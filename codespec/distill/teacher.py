@@ -38,12 +38,8 @@ def label_examples(model: torch.nn.Module, examples: Sequence[Example], top_k: i
     run resumes where it stopped, and a run on another mix of examples relabels only the new ones."""
     from tqdm import tqdm
 
-    key = {"top_k": top_k}
-    cache: dict[str, Labels] = {}
-    if path.exists():
-        saved = torch.load(path, weights_only=False)
-        if saved.get("key") == key:
-            cache = saved["by_example"]
+    key = labels_key(top_k)
+    cache: dict[str, Labels] = load_cache(path, key, "by_example")
     digests = [example_digest(e) for e in examples]
     todo = [(d, e) for d, e in zip(digests, examples, strict=True) if d not in cache]
     last_save = time.monotonic()
@@ -63,17 +59,29 @@ def label_examples(model: torch.nn.Module, examples: Sequence[Example], top_k: i
     return [cache[d] for d in digests]
 
 
-def saved_labels(path: Path, examples: Sequence[Example]) -> list[Labels] | None:
-    """The labels a run saved for `examples`, or None when any is missing (the repository changed)."""
-    if not path.exists():
-        return None
-    cache = torch.load(path, weights_only=False).get("by_example", {})
+def labels_key(top_k: int) -> dict:
+    return {"top_k": top_k}
+
+
+def saved_labels(path: Path, examples: Sequence[Example], key: dict | None) -> list[Labels] | None:
+    """The labels a run saved for `examples` under `key`, or None when any is missing (the repository
+    changed, or another run's labels)."""
+    cache = load_cache(path, key, "by_example")
     digests = [example_digest(e) for e in examples]
     return [cache[d] for d in digests] if all(d in cache for d in digests) else None
 
 
 def example_digest(example: Example) -> str:
     return _ids_digest([example.ids, (example.train_from,)])
+
+
+def load_cache(path: Path, key: dict | None, field: str) -> dict:
+    """The entries of a cache file written by `save_atomic`, or {} when it is missing or was written under
+    another key. `key=None` takes the file's own key (reports written before they recorded their keys)."""
+    if not path.exists():
+        return {}
+    saved = torch.load(path, weights_only=False)
+    return saved.get(field, {}) if key is None or saved.get("key") == key else {}
 
 
 def save_atomic(path: Path, payload: dict) -> None:
@@ -99,12 +107,8 @@ def greedy_continuations(model: torch.nn.Module, prompts: Sequence[Sequence[int]
     the draft itself it is on-policy data: where the draft would go, labelled by the target."""
     from tqdm import tqdm
 
-    key = {"model": model_name, "max_new_tokens": max_new_tokens, "stop": sorted(stop_ids)}
-    done: dict[str, tuple[int, ...]] = {}
-    if path.exists():
-        saved = torch.load(path, weights_only=False)
-        if saved.get("key") == key:
-            done = saved["by_prompt"]
+    key = continuations_key(model_name, max_new_tokens, stop_ids)
+    done: dict[str, tuple[int, ...]] = load_cache(path, key, "by_prompt")
     digests = [_ids_digest([p]) for p in prompts]
     device = next(model.parameters()).device
     # Similar lengths together: less padding. The order is a pure function of the prompts.
@@ -128,11 +132,13 @@ def greedy_continuations(model: torch.nn.Module, prompts: Sequence[Sequence[int]
     return [done[d] for d in digests]
 
 
-def saved_continuations(path: Path, prompts: Sequence[Sequence[int]]) -> list[tuple[int, ...]] | None:
-    """The continuations a run saved for `prompts`, or None when any is missing."""
-    if not path.exists():
-        return None
-    done = torch.load(path, weights_only=False).get("by_prompt", {})
+def continuations_key(model_name: str, max_new_tokens: int, stop_ids: Sequence[int]) -> dict:
+    return {"model": model_name, "max_new_tokens": max_new_tokens, "stop": sorted(stop_ids)}
+
+
+def saved_continuations(path: Path, prompts: Sequence[Sequence[int]], key: dict | None) -> list[tuple[int, ...]] | None:
+    """The continuations a run saved for `prompts` under `key`, or None when any is missing."""
+    done = load_cache(path, key, "by_prompt")
     digests = [_ids_digest([p]) for p in prompts]
     return [done[d] for d in digests] if all(d in done for d in digests) else None
 

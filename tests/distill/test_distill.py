@@ -219,6 +219,15 @@ def test_distill_with_greedy_middles_and_bf16_training_saves_an_fp32_draft(repo,
     # Rebuilt from the saved greedy middles and labels (fp32 here, so only the positions are the run's).
     assert evaluation["agreement"]["base"]["by_kind"]["fim-greedy"]["positions"] == kinds["fim-greedy"]["positions"]
     assert evaluation["speculative"]["summary"]["distilled"]["divergences"] == 0
+    # The report records the keys its label and middle files were written under; `bench distill` reads
+    # nothing written under another key.
+    for name, file in (("labels", "labels-heldout.pt"), ("greedy", "greedy-heldout.pt")):
+        assert torch.load(out / "work" / file, weights_only=False)["key"] == report["caches"][name]
+    report["caches"]["labels"]["top_k"] += 1
+    (out / "distill.json").write_text(json.dumps(report))
+    assert main(["bench", "distill", "--draft-model", str(out), "--target", "tiny:0", "--eval-prompts", "1",
+                 "--eval-max-tokens", "4", "--quiet"]) == 0
+    assert json.loads((out / "distill-eval.json").read_text())["agreement"] is None
 
     # --greedy-weight reweights the greedy positions (labels and greedy middles are reused from OUT/work).
     (tmp_path / "weighted" / "work").mkdir(parents=True)
@@ -232,7 +241,7 @@ def test_distill_with_greedy_middles_and_bf16_training_saves_an_fp32_draft(repo,
 
 
 def test_labels_are_kept_per_example_and_reused_across_example_sets(repo, tmp_path):
-    from codespec.distill.teacher import label_examples, saved_labels
+    from codespec.distill.teacher import label_examples, labels_key, saved_labels
 
     examples = data.build_examples(data.collect_files(repo), tiny_tokenizer(), data.ExampleConfig(seq_len=64), seed=0)
     examples = list({(e.ids, e.train_from): e for e in examples}.values())  # the same tokens are one example
@@ -246,7 +255,9 @@ def test_labels_are_kept_per_example_and_reused_across_example_sets(repo, tmp_pa
         assert torch.equal(got.ids, want.ids) and torch.equal(got.logprobs, want.logprobs)
     for got, example in zip(relabelled[2:], later[2:], strict=True):
         assert torch.equal(got.ids, label_example(other, example, 8).ids)
-    assert saved_labels(path, examples[:7]) is not None and saved_labels(path, examples[:8]) is None
+    key = labels_key(8)
+    assert saved_labels(path, examples[:7], key) is not None and saved_labels(path, examples[:8], key) is None
+    assert saved_labels(path, examples[:7], labels_key(4)) is None  # written under another key
     assert label_examples(tiny_model(0), later, 4, path, progress=False)[0].ids.shape[1] == 4  # another top-k
 
 
