@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import statistics
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
+
+from codespec.stats import percentile
 
 # Request outcomes (one per request, recorded when its single response is sent).
 ANSWERED = "answered"  # a non-empty suggestion was returned
@@ -16,16 +17,6 @@ ERROR = "error"  # the model path raised -> error response
 OUTCOMES = (ANSWERED, EMPTY, SUPERSEDED, CANCELLED, ERROR)
 
 RECENT_REQUESTS = 64
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    """Nearest-rank style percentile via statistics.quantiles; None when there is no data."""
-    if not values:
-        return None
-    if len(values) == 1:
-        return values[0]
-    cuts = statistics.quantiles(values, n=100, method="inclusive")
-    return cuts[max(0, min(98, round(q) - 1))]
 
 
 @dataclass

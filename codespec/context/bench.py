@@ -15,6 +15,7 @@ from pathlib import Path
 
 from codespec.context.build import ContextCache, ContextConfig, build_context
 from codespec.context.document import Document
+from codespec.stats import percentile
 
 TYPED_FUNCTION = '''def count_words(text, *, min_length=1):
     """Count the words of text that are at least min_length long."""
@@ -53,11 +54,6 @@ class Timings:
     keystroke_cpu_ms: list[float] = field(default_factory=list)  # the same in CPU time (load-independent)
     shared: list[float] = field(default_factory=list)
     deferred: int = 0  # keystrokes whose re-parse did not fit the budget
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
 
 
 VARIANTS = {
@@ -116,7 +112,7 @@ def summary(t: Timings) -> dict:
     out = {}
     for name in ("edit_ms", "parse_ms", "context_ms", "keystroke_ms", "keystroke_cpu_ms"):
         values = getattr(t, name)
-        out[name] = {"p50": round(percentile(values, 0.5), 3), "p95": round(percentile(values, 0.95), 3)}
+        out[name] = {"p50": round(percentile(values, 50) or 0.0, 3), "p95": round(percentile(values, 95) or 0.0, 3)}
     out["shared_prefix_mean"] = round(statistics.fmean(t.shared), 4) if t.shared else None
     out["keystrokes"] = len(t.keystroke_ms)
     out["deferred_parses"] = t.deferred

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from codespec.reliability.rpc import WAIT_S, NoResponse, ServerGone, StdioServer, frame, id_key, warm_up
+from codespec.stats import percentile
 
 FUZZ_URIS = [f"file:///fuzz/doc{i}.py" for i in range(6)]
 SAFE_REQUESTS = ["textDocument/inlineCompletion", "textDocument/completion", "workspace/executeCommand",
@@ -558,13 +559,6 @@ def _latency(report: FuzzReport, server: StdioServer, must: dict[str, str]) -> N
                          "max": round(values[-1], 1)}
     slowest = pairs[-1][1]
     report.slowest = f"{must[slowest]}: {report.request_bodies[slowest][:160].decode('utf-8', 'replace')}"
-
-
-def percentile(sorted_values: list[float], q: float) -> float:
-    if not sorted_values:
-        return 0.0
-    index = min(len(sorted_values) - 1, max(0, round(q / 100.0 * (len(sorted_values) - 1))))
-    return sorted_values[index]
 
 
 def emit_report(data: dict[str, Any], json_path: str | None) -> None:

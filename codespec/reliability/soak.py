@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from codespec.reliability import procinfo
-from codespec.reliability.fuzz import emit_report, percentile
+from codespec.reliability.fuzz import emit_report
 from codespec.reliability.rpc import (
     WAIT_S,
     NoResponse,
@@ -39,6 +39,7 @@ from codespec.reliability.rpc import (
     inline_params,
     warm_up,
 )
+from codespec.stats import percentile
 
 SOAK_OPTIONS = {"maxTokens": 16}
 RSS_LIMIT_BYTES = 100 * 1024 * 1024

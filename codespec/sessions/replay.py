@@ -37,6 +37,7 @@ from codespec.sessions.format import (
     TextBuffer,
     is_notification,
 )
+from codespec.stats import percentile
 
 # LSP error codes that mean "cancelled" rather than "failed".
 CANCEL_CODES = {-32800, -32801, -32802}  # RequestCancelled, ContentModified, ServerCancelled
@@ -594,16 +595,6 @@ def replay(
 # Summary, table, plot
 
 
-def _percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q / 100.0
-    low = int(pos)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
-
-
 def summarize(result: ReplayResult, label: str | None = None) -> dict[str, Any]:
     """The report: counts per outcome, latency percentiles of answered requests, acceptance
     (of the plays with `label` only, when given)."""
@@ -631,17 +622,17 @@ def summarize(result: ReplayResult, label: str | None = None) -> dict[str, Any]:
         "late_results": sum(r.late for r in records),
         "answered_after_cancel": sum(r.answered_after_cancel is True for r in records),
         "latency_ms": {
-            "p50": _percentile(answered, 50),
-            "p90": _percentile(answered, 90),
-            "p99": _percentile(answered, 99),
+            "p50": percentile(answered, 50),
+            "p90": percentile(answered, 90),
+            "p99": percentile(answered, 99),
             "mean": sum(answered) / len(answered) if answered else None,
             "max": max(answered) if answered else None,
         },
         # the same over answers that carried a suggestion (nulls are often instant "nothing to suggest")
         "latency_items_ms": {
-            "p50": _percentile(with_items, 50),
-            "p90": _percentile(with_items, 90),
-            "p99": _percentile(with_items, 99),
+            "p50": percentile(with_items, 50),
+            "p90": percentile(with_items, 90),
+            "p99": percentile(with_items, 99),
         },
         "shown": len(shown),
         "accepted": len(accepted),
@@ -729,7 +720,7 @@ def plot_result(result: ReplayResult, path: str, title: str = "") -> None:
     if answered:
         dist.hist(answered, bins=40, color="tab:blue")
         for q, style in ((50, "-"), (90, "--"), (99, ":")):
-            value = _percentile(answered, q)
+            value = percentile(answered, q)
             dist.axvline(value, color="black", linestyle=style, label=f"p{q} {value:.0f} ms")
         dist.legend(fontsize=8)
     dist.set_xlabel("answered latency (ms)")
