@@ -18,6 +18,7 @@ DEFAULT_DRAFT = "bundled:qwen2.5-coder-0.5b"
 METHODS = ("lora",)
 REPORT = "distill.json"
 EVAL_REPORT = "distill-eval.json"
+EVAL_PLOT = "distill-eval.png"
 
 
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
@@ -275,7 +276,7 @@ def evaluate_dir(out: Path, *, target_spec: str, base_spec: str, device: str, dt
                  prefix_tokens: int = 256) -> dict:
     """Acceptance/tau of the base draft and of the distilled one in OUT, on the held-out files of OUT's run."""
     from codespec.distill import data
-    from codespec.distill.evaluate import eval_prompts, markdown, speculative_eval
+    from codespec.distill.evaluate import eval_prompts, markdown, plot, speculative_eval
     from codespec.models import load_model
 
     meta = _read_report(out)
@@ -294,6 +295,7 @@ def evaluate_dir(out: Path, *, target_spec: str, base_spec: str, device: str, dt
     report = {"target": target_spec, "base_draft": base_spec, "distilled": str(out),
               "heldout_files": meta["heldout_files"], "agreement": agreement_report, "speculative": spec}
     (out / EVAL_REPORT).write_text(json.dumps(report, indent=1))
+    plot(report, out / EVAL_PLOT)
     print(markdown(report))
     base_tau, new_tau = spec["summary"]["base"]["tau"], spec["summary"]["distilled"]["tau"]
     if base_tau and new_tau:

@@ -161,3 +161,45 @@ def markdown(report: dict) -> str:
                      f"| {cell(row.get('tau'), '{:.3f}')} | {cell(row.get('speedup_vs_plain'), '{:.2f}x')} "
                      f"| {row.get('divergences', '-')}/{report.get('speculative', {}).get('prompts', '-')} |")
     return "\n".join(lines)
+
+
+def plot(report: dict, path) -> None:
+    """Per held-out prompt, tau with the distilled draft against tau with the base one (above the diagonal:
+    better), and the teacher-forced agreement per kind of held-out example, before and after."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (per_prompt, by_kind) = plt.subplots(1, 2, figsize=(11, 4.5))
+    runs = report.get("speculative", {}).get("runs", [])
+    base = [r["base"]["tau"] for r in runs if "base" in r and "distilled" in r]
+    new = [r["distilled"]["tau"] for r in runs if "base" in r and "distilled" in r]
+    per_prompt.scatter(base, new, s=18, color="#2a7")
+    top = max([*base, *new, 1.0]) * 1.05
+    per_prompt.plot([0, top], [0, top], color="black", linewidth=0.8)
+    summary = report.get("speculative", {}).get("summary", {})
+    ratio = report.get("speculative", {}).get("tau_ratio", {})
+    if summary.get("base", {}).get("tau") and summary.get("distilled", {}).get("tau"):
+        ci = ratio.get("ci95") or [None, None]
+        interval = f", 95 % CI {ci[0] - 1:+.1%} .. {ci[1] - 1:+.1%}" if ci[0] else ""
+        per_prompt.set_title(f"tau {summary['base']['tau']:.2f} -> {summary['distilled']['tau']:.2f} "
+                             f"({summary['distilled']['tau'] / summary['base']['tau'] - 1:+.1%}{interval})", fontsize=10)
+    per_prompt.set_xlabel("tau, base draft (per held-out prompt)")
+    per_prompt.set_ylabel("tau, distilled draft")
+    agree = report.get("agreement") or {}
+    kinds = sorted((agree.get("base") or {}).get("by_kind", {}))
+    for offset, name, color in ((-0.2, "base", "#888"), (0.2, "distilled", "#2a7")):
+        values = [agree[name]["by_kind"][k]["agreement"] * 100 for k in kinds]
+        bars = by_kind.bar([i + offset for i in range(len(kinds))], values, width=0.4, label=name, color=color)
+        by_kind.bar_label(bars, fmt="%.1f", fontsize=8)
+    by_kind.set_xticks(range(len(kinds)),
+                       [f"{k}\n({agree['base']['by_kind'][k]['positions']} pos.)" for k in kinds], fontsize=8)
+    by_kind.set_ylim(50, 100)
+    by_kind.set_ylabel("teacher-forced agreement with the target (%)")
+    by_kind.set_title("held-out agreement per kind of example", fontsize=10)
+    if kinds:
+        by_kind.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

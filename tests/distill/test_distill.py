@@ -219,6 +219,7 @@ def test_distill_with_greedy_middles_and_bf16_training_saves_an_fp32_draft(repo,
     # Rebuilt from the saved greedy middles and labels (fp32 here, so only the positions are the run's).
     assert evaluation["agreement"]["base"]["by_kind"]["fim-greedy"]["positions"] == kinds["fim-greedy"]["positions"]
     assert evaluation["speculative"]["summary"]["distilled"]["divergences"] == 0
+    assert (out / "distill-eval.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # The report records the keys its label and middle files were written under; `bench distill` reads
     # nothing written under another key.
     for name, file in (("labels", "labels-heldout.pt"), ("greedy", "greedy-heldout.pt")):
