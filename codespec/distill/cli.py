@@ -203,13 +203,17 @@ def _labelled_examples(args: argparse.Namespace, device: str, work: Path, *, fre
 MIDDLE_FILES = {"greedy": "fim-greedy", "onpolicy": "fim-draft"}
 
 
+def _middles_model_name(spec: str, args: argparse.Namespace) -> str:
+    return f"{spec} {args.dtype}"  # the middles depend on the weights and the dtype they ran in
+
+
 def _cache_keys(args: argparse.Namespace, stop_ids: list[int]) -> dict:
     """What the labels and each model's middles in OUT/work depend on, besides the examples themselves."""
     from codespec.distill import teacher
 
     specs = {"greedy": args.target, "onpolicy": args.draft}
     return {"labels": teacher.labels_key(args.top_k),
-            **{name: teacher.continuations_key(f"{spec} {args.dtype}", args.greedy_tokens, stop_ids)
+            **{name: teacher.continuations_key(_middles_model_name(spec, args), args.greedy_tokens, stop_ids)
                for name, spec in specs.items()}}
 
 
@@ -234,7 +238,7 @@ def _model_middles(models: dict, examples: list, args: argparse.Namespace, seed:
         middles = teacher.greedy_continuations(
             model.model, prompts, args.greedy_tokens, models["greedy"][0].stop_ids, work / f"{name}-{split}.pt",
             batch=args.greedy_batch, desc=f"{name} middles ({split})", progress=not args.quiet,
-            model_name=f"{spec} {args.dtype}")
+            model_name=_middles_model_name(spec, args))
         examples = data.with_middles(examples, chosen, middles, MIDDLE_FILES[name])
     return examples
 
