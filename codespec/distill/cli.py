@@ -280,7 +280,7 @@ def evaluate_dir(out: Path, *, target_spec: str, base_spec: str, device: str, dt
                  prefix_tokens: int = 256) -> dict:
     """Acceptance/tau of the base draft and of the distilled one in OUT, on the held-out files of OUT's run."""
     from codespec.distill import data
-    from codespec.distill.evaluate import eval_prompts, markdown, plot, speculative_eval
+    from codespec.distill.evaluate import eval_prompts, markdown, plot, speculative_eval, tau_change
     from codespec.models import load_model
 
     meta = _read_report(out)
@@ -301,12 +301,10 @@ def evaluate_dir(out: Path, *, target_spec: str, base_spec: str, device: str, dt
     (out / EVAL_REPORT).write_text(json.dumps(report, indent=1))
     plot(report, out / EVAL_PLOT)
     print(markdown(report))
-    base_tau, new_tau = spec["summary"]["base"]["tau"], spec["summary"]["distilled"]["tau"]
-    if base_tau and new_tau:
-        ci = spec.get("tau_ratio", {}).get("ci95")
-        interval = f", 95 % paired bootstrap {ci[0] - 1:+.1%} .. {ci[1] - 1:+.1%}" if ci else ""
-        _say(f"tau {base_tau:.3f} -> {new_tau:.3f} ({new_tau / base_tau - 1:+.1%}{interval}) on {len(chosen)} "
-             f"held-out prompts, {spec['summary']['distilled']['tokens']} tokens; report in {out / EVAL_REPORT}")
+    change = tau_change(spec)
+    if change:
+        _say(f"{change} on {len(chosen)} held-out prompts, {spec['summary']['distilled']['tokens']} tokens; "
+             f"report in {out / EVAL_REPORT}")
     return report
 
 

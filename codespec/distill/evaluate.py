@@ -163,6 +163,17 @@ def markdown(report: dict) -> str:
     return "\n".join(lines)
 
 
+def tau_change(spec: dict) -> str | None:
+    """'tau A -> B (+x %, 95 % interval)' of a `speculative_eval` result with a base and a distilled draft."""
+    summary = spec.get("summary", {})
+    base, new = summary.get("base", {}).get("tau"), summary.get("distilled", {}).get("tau")
+    if not (base and new):
+        return None
+    ci = spec.get("tau_ratio", {}).get("ci95")
+    interval = f", 95 % paired bootstrap {ci[0] - 1:+.1%} .. {ci[1] - 1:+.1%}" if ci else ""
+    return f"tau {base:.3f} -> {new:.3f} ({new / base - 1:+.1%}{interval})"
+
+
 def plot(report: dict, path) -> None:
     """Per held-out prompt, tau with the distilled draft against tau with the base one (above the diagonal:
     better), and the teacher-forced agreement per kind of held-out example, before and after."""
@@ -178,13 +189,7 @@ def plot(report: dict, path) -> None:
     per_prompt.scatter(base, new, s=18, color="#2a7")
     top = max([*base, *new, 1.0]) * 1.05
     per_prompt.plot([0, top], [0, top], color="black", linewidth=0.8)
-    summary = report.get("speculative", {}).get("summary", {})
-    ratio = report.get("speculative", {}).get("tau_ratio", {})
-    if summary.get("base", {}).get("tau") and summary.get("distilled", {}).get("tau"):
-        ci = ratio.get("ci95") or [None, None]
-        interval = f", 95 % CI {ci[0] - 1:+.1%} .. {ci[1] - 1:+.1%}" if ci[0] else ""
-        per_prompt.set_title(f"tau {summary['base']['tau']:.2f} -> {summary['distilled']['tau']:.2f} "
-                             f"({summary['distilled']['tau'] / summary['base']['tau'] - 1:+.1%}{interval})", fontsize=10)
+    per_prompt.set_title(tau_change(report.get("speculative", {})) or "", fontsize=10)
     per_prompt.set_xlabel("tau, base draft (per held-out prompt)")
     per_prompt.set_ylabel("tau, distilled draft")
     agree = report.get("agreement") or {}
