@@ -230,6 +230,15 @@ def resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype
     return getattr(torch, name)
 
 
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU computes bf16 in hardware (AVX512-BF16 or AMX). Elsewhere torch emulates it, several
+    times slower than fp32 (measured in docs/distill.md)."""
+    import torch
+
+    checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")  # torch.cpu has no public check
+    return any(getattr(torch.cpu, name, lambda: False)() for name in checks)
+
+
 class Profile(NamedTuple):
     target: str
     draft: str | None

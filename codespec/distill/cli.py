@@ -10,8 +10,12 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from codespec.errors import CodespecError
+
+if TYPE_CHECKING:
+    import torch
 
 DEFAULT_TARGET = "bundled:qwen2.5-coder-1.5b"
 DEFAULT_DRAFT = "bundled:qwen2.5-coder-0.5b"
@@ -21,10 +25,11 @@ EVAL_REPORT = "distill-eval.json"
 EVAL_PLOT = "distill-eval.png"
 
 
-def add_common_arguments(parser: argparse.ArgumentParser) -> None:
+def add_common_arguments(parser: argparse.ArgumentParser,
+                         dtype_help: str = "auto (fp32 on CPU, bf16 on CUDA), fp32, bf16, fp16") -> None:
     parser.add_argument("--target", default=DEFAULT_TARGET, help=f"target model spec (default {DEFAULT_TARGET})")
     parser.add_argument("--device", default="auto", help="auto (cuda if present), cpu, cuda, cuda:N")
-    parser.add_argument("--dtype", default="auto", help="auto (fp32 on CPU, bf16 on CUDA), fp32, bf16, fp16")
+    parser.add_argument("--dtype", default="auto", help=dtype_help)
     parser.add_argument("--threads", type=int, help="CPU threads for torch")
     parser.add_argument("--seed", type=int, default=0, help="seeds the split, the examples and the training")
     parser.add_argument("--eval-prompts", type=int, default=16, help="FIM prompts from held-out files for --eval")
@@ -38,7 +43,8 @@ def add_distill_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, type=Path, help="output directory: the merged draft (HF format)")
     parser.add_argument("--draft", default=DEFAULT_DRAFT, help=f"draft model spec to adapt (default {DEFAULT_DRAFT})")
     parser.add_argument("--method", choices=METHODS, default="lora", help="lora: LoRA on the draft, merged at the end")
-    add_common_arguments(parser)
+    add_common_arguments(parser, dtype_help="of labelling and training: auto (bf16 on CUDA and on CPUs with "
+                         "AVX512-BF16 or AMX, else fp32), fp32, bf16, fp16")
     parser.add_argument("--holdout", type=float, default=0.2, help="share of files held out for evaluation")
     parser.add_argument("--seq-len", type=int, default=256, help="tokens per training example")
     parser.add_argument("--fim-fraction", type=float, default=0.5, help="share of the label budget for FIM")
@@ -60,7 +66,7 @@ def add_distill_arguments(parser: argparse.ArgumentParser) -> None:
                         help="prompts per batched generation (greedy and on-policy middles)")
     parser.add_argument("--eval-dtype", default="auto",
                         help="dtype of the saved draft and of --eval (default auto: what the server uses); "
-                             "--dtype is for labelling and training (bf16 is ~4x faster on CPUs with AVX512-BF16)")
+                             "--dtype is for labelling and training")
     parser.add_argument("--max-minutes", type=float, help="stop training after this many minutes")
     parser.add_argument("--max-steps", type=int, help="stop training after this many optimizer steps")
     parser.add_argument("--epochs", type=float, default=2.0)
@@ -99,6 +105,7 @@ def run_distill(args: argparse.Namespace) -> int:
     accelerator = train.make_accelerator(resolve_device(args.device))
     # Under `accelerate launch` each process trains on its own device; alone, where --device says.
     device = str(accelerator.device) if accelerator.num_processes > 1 else args.device
+    args.dtype = _training_dtype(args.dtype, resolve_device(device))
     started = time.monotonic()
     # The main process generates and labels; the others then find every label in OUT/work.
     with accelerator.main_process_first():
@@ -191,10 +198,11 @@ def _labelled_examples(args: argparse.Namespace, device: str, work: Path, *, fre
     held_examples = _model_middles(models, held_examples, args, args.seed + 1, work, "heldout")
     _say(f"{len(train_examples)} training examples ({_kinds(train_examples)}), "
          f"{len(held_examples)} held-out ({_kinds(held_examples)})")
+    target_name = _run_name(args.target, args)
     train_labels = teacher.label_examples(target.model, train_examples, args.top_k, work / "labels-train.pt",
-                                          desc="target labels (train)", progress=progress)
+                                          model_name=target_name, desc="target labels (train)", progress=progress)
     held_labels = teacher.label_examples(target.model, held_examples, args.top_k, work / "labels-heldout.pt",
-                                         desc="target labels (held-out)", progress=progress)
+                                         model_name=target_name, desc="target labels (held-out)", progress=progress)
     return (target, draft, (train_files, held_files, example_config), train_examples, held_examples,
             train_labels, held_labels)
 
@@ -203,8 +211,31 @@ def _labelled_examples(args: argparse.Namespace, device: str, work: Path, *, fre
 MIDDLE_FILES = {"greedy": "fim-greedy", "onpolicy": "fim-draft"}
 
 
-def _middles_model_name(spec: str, args: argparse.Namespace) -> str:
-    return f"{spec} {args.dtype}"  # the middles depend on the weights and the dtype they ran in
+def _run_name(spec: str, args: argparse.Namespace) -> str:
+    return f"{spec} {args.dtype}"  # labels and middles depend on the weights and the dtype they ran in
+
+
+_SHORT_DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
+def _training_dtype(requested: str, device: torch.device) -> str:
+    """The dtype labelling and training run in, by name (it is part of the caches' keys, so never `auto`).
+    auto: bf16 on CUDA (fp16 without bf16) and on CPUs that compute bf16 in hardware, fp32 on other CPUs,
+    where bf16 is emulated and slower than fp32; asked for there, it runs, with a warning."""
+    import torch
+
+    from codespec.models import cpu_has_native_bf16, resolve_dtype
+
+    half_is_fast = device.type != "cpu" or cpu_has_native_bf16()
+    if requested in (None, "", "auto"):
+        dtype = resolve_dtype("auto", device) if device.type != "cpu" else (
+            torch.bfloat16 if half_is_fast else torch.float32)
+    else:
+        dtype = resolve_dtype(requested, device)
+        if dtype != torch.float32 and not half_is_fast:
+            _say(f"warning: --dtype {requested} on a CPU without AVX512-BF16 or AMX is emulated and slower than "
+                 "fp32 (measured: 4.5x); --dtype auto picks fp32 here")
+    return _SHORT_DTYPE_NAMES[str(dtype).removeprefix("torch.")]
 
 
 def _cache_keys(args: argparse.Namespace, stop_ids: list[int]) -> dict:
@@ -212,8 +243,8 @@ def _cache_keys(args: argparse.Namespace, stop_ids: list[int]) -> dict:
     from codespec.distill import teacher
 
     specs = {"greedy": args.target, "onpolicy": args.draft}
-    return {"labels": teacher.labels_key(args.top_k),
-            **{name: teacher.continuations_key(_middles_model_name(spec, args), args.greedy_tokens, stop_ids)
+    return {"labels": teacher.labels_key(args.top_k, _run_name(args.target, args)),
+            **{name: teacher.continuations_key(_run_name(spec, args), args.greedy_tokens, stop_ids)
                for name, spec in specs.items()}}
 
 
@@ -238,7 +269,7 @@ def _model_middles(models: dict, examples: list, args: argparse.Namespace, seed:
         middles = teacher.greedy_continuations(
             model.model, prompts, args.greedy_tokens, models["greedy"][0].stop_ids, work / f"{name}-{split}.pt",
             batch=args.greedy_batch, desc=f"{name} middles ({split})", progress=not args.quiet,
-            model_name=_middles_model_name(spec, args))
+            model_name=_run_name(spec, args))
         examples = data.with_middles(examples, chosen, middles, MIDDLE_FILES[name])
     return examples
 

@@ -33,12 +33,14 @@ def label_example(model: torch.nn.Module, example: Example, top_k: int) -> Label
 
 
 def label_examples(model: torch.nn.Module, examples: Sequence[Example], top_k: int, path: Path, *,
-                   desc: str = "labels", progress: bool = True, save_every_s: float = 60.0) -> list[Labels]:
+                   model_name: str = "", desc: str = "labels", progress: bool = True,
+                   save_every_s: float = 60.0) -> list[Labels]:
     """Labels for every example, saved to `path` as they come and kept per example (by its tokens): a killed
-    run resumes where it stopped, and a run on another mix of examples relabels only the new ones."""
+    run resumes where it stopped, and a run on another mix of examples relabels only the new ones. `model_name`
+    (the model and its dtype) is part of the file's key: another model's labels are never reused."""
     from tqdm import tqdm
 
-    key = labels_key(top_k)
+    key = labels_key(top_k, model_name)
     cache: dict[str, Labels] = load_cache(path, key, "by_example")
     digests = [example_digest(e) for e in examples]
     todo = [(d, e) for d, e in zip(digests, examples, strict=True) if d not in cache]
@@ -59,8 +61,8 @@ def label_examples(model: torch.nn.Module, examples: Sequence[Example], top_k: i
     return [cache[d] for d in digests]
 
 
-def labels_key(top_k: int) -> dict:
-    return {"top_k": top_k}
+def labels_key(top_k: int, model_name: str = "") -> dict:
+    return {"top_k": top_k, "model": model_name}
 
 
 def saved_labels(path: Path, examples: Sequence[Example], key: dict | None) -> list[Labels] | None:

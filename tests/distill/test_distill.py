@@ -50,7 +50,7 @@ def repo(tmp_path):
 def distill(repo, out, *extra: str) -> int:
     return main(["distill", "--repo", str(repo), "--out", str(out), "--target", "tiny:0", "--draft", "tiny:1",
                  "--seq-len", "96", "--max-train-tokens", "700", "--max-eval-tokens", "300", "--batch", "2",
-                 "--lr", "3e-3", "--epochs", "50", "--quiet", *extra])
+                 "--lr", "3e-3", "--epochs", "50", "--dtype", "fp32", "--quiet", *extra])  # fp32 on any CPU
 
 
 def test_files_split_by_file_deterministically(repo):
@@ -222,6 +222,8 @@ def test_distill_with_greedy_middles_and_bf16_training_saves_an_fp32_draft(repo,
     assert (out / "distill-eval.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # The report records the keys its label and middle files were written under; `bench distill` reads
     # nothing written under another key.
+    assert report["caches"]["labels"] == {"top_k": 32, "model": "tiny:0 bf16"}  # the target and its dtype
+    assert report["dtype"] == {"labels_and_training": "bf16", "saved_and_eval": "auto"}
     for name, file in (("labels", "labels-heldout.pt"), ("greedy", "greedy-heldout.pt")):
         assert torch.load(out / "work" / file, weights_only=False)["key"] == report["caches"][name]
     report["caches"]["labels"]["top_k"] += 1
@@ -241,6 +243,20 @@ def test_distill_with_greedy_middles_and_bf16_training_saves_an_fp32_draft(repo,
     assert weighted["train"]["losses"] != report["train"]["losses"]
 
 
+@pytest.mark.parametrize("native_bf16", [False, True])
+def test_training_dtype_is_bf16_only_where_the_cpu_computes_it(monkeypatch, capsys, native_bf16):
+    from codespec.distill.cli import _training_dtype
+
+    monkeypatch.setattr("codespec.models.cpu_has_native_bf16", lambda: native_bf16)
+    cpu = torch.device("cpu")
+    assert _training_dtype("auto", cpu) == ("bf16" if native_bf16 else "fp32")
+    assert _training_dtype("fp32", cpu) == "fp32" and capsys.readouterr().err == ""
+    assert _training_dtype("bfloat16", cpu) == "bf16"  # asked for: it runs, with a warning where it is slow
+    assert ("emulated and slower than fp32" in capsys.readouterr().err) is not native_bf16
+    with pytest.raises(CodespecError, match="bad dtype"):
+        _training_dtype("int8", cpu)
+
+
 def test_labels_are_kept_per_example_and_reused_across_example_sets(repo, tmp_path):
     from codespec.distill.teacher import label_examples, labels_key, saved_labels
 
@@ -248,17 +264,23 @@ def test_labels_are_kept_per_example_and_reused_across_example_sets(repo, tmp_pa
     examples = list({(e.ids, e.train_from): e for e in examples}.values())  # the same tokens are one example
     first, later = examples[:4], [*examples[2:4], *examples[4:7]]
     path = tmp_path / "labels.pt"
-    labels = label_examples(tiny_model(0), first, 8, path, progress=False)
-    # Another model on an overlapping set: the two shared examples keep the first labels, the rest are new.
+    labels = label_examples(tiny_model(0), first, 8, path, model_name="tiny:0 fp32", progress=False)
+    # An overlapping set under the same name: the two shared examples keep the first labels (another model
+    # stands in, to tell reuse from relabelling), the rest are new.
     other = tiny_model(1)
-    relabelled = label_examples(other, later, 8, path, progress=False)
+    relabelled = label_examples(other, later, 8, path, model_name="tiny:0 fp32", progress=False)
     for got, want in zip(relabelled[:2], labels[2:4], strict=True):
         assert torch.equal(got.ids, want.ids) and torch.equal(got.logprobs, want.logprobs)
     for got, example in zip(relabelled[2:], later[2:], strict=True):
         assert torch.equal(got.ids, label_example(other, example, 8).ids)
-    key = labels_key(8)
+    key = labels_key(8, "tiny:0 fp32")
     assert saved_labels(path, examples[:7], key) is not None and saved_labels(path, examples[:8], key) is None
-    assert saved_labels(path, examples[:7], labels_key(4)) is None  # written under another key
+    assert saved_labels(path, examples[:7], labels_key(4, "tiny:0 fp32")) is None  # written under another key
+    # Another model (or dtype) never reuses a label: all of them are new.
+    again = label_examples(other, later, 8, path, model_name="tiny:1 fp32", progress=False)
+    assert not torch.equal(again[0].logprobs, relabelled[0].logprobs)
+    assert torch.equal(again[0].ids, label_example(other, later[0], 8).ids)
+    assert saved_labels(path, later, labels_key(8, "tiny:1 fp32")) is not None and saved_labels(path, later, key) is None
     assert label_examples(tiny_model(0), later, 4, path, progress=False)[0].ids.shape[1] == 4  # another top-k
 
 
@@ -278,7 +300,7 @@ def test_onpolicy_middles_are_the_drafts_own_greedy_continuations(repo, tmp_path
     onpolicy = data.onpolicy_choice(examples, 0.25, seed=1, exclude=greedy)
     assert onpolicy and not set(onpolicy) & set(greedy) and all(examples[i].kind == "fim" for i in onpolicy)
     saved = torch.load(out / "work" / "onpolicy-heldout.pt", weights_only=False)
-    assert saved["key"]["model"] == "tiny:1 auto"
+    assert saved["key"]["model"] == "tiny:1 fp32"
     stop = set(stop_token_ids(tiny_tokenizer()))
     draft = tiny_model(1)
     assert len(saved["by_prompt"]) == len(onpolicy)
