@@ -505,8 +505,8 @@ class CompletionManager:
 
     def _maybe_prefetch(self, generation: Generation) -> None:
         """After a shown suggestion's generation ended: after `prefetchDelay` without activity on the
-        document, generate what follows accepting it. The delay keeps the (uncancellable) prefill of
-        a prefetch out of the way of the next keystroke when the user types on instead."""
+        document, generate what follows accepting it. The delay keeps a prefetch's prefill (cancellable only
+        between chunks, engine.PREFILL_CHUNK) out of the way of the next keystroke when the user types on."""
         options = self._options()
         if not (options.prefetch and options.cache) or self._closed:
             return

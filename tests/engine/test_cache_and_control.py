@@ -58,6 +58,39 @@ def test_cancel_stops_within_one_step(target):
     assert len(result.token_ids) < 500
 
 
+def test_chunked_prefill_equals_one_shot_and_plain_greedy(target):
+    prompt = list(b"import os\nimport sys\n\ndef main(argv):\n    for arg in argv:\n        ")
+    one_shot = Engine(target, stop_token_ids=[], prefill_chunk=10_000).generate(prompt, max_new_tokens=12)
+    chunked = Engine(target, stop_token_ids=[], prefill_chunk=5).generate(prompt, max_new_tokens=12)
+    assert chunked.token_ids == one_shot.token_ids == reference_greedy(target.model, prompt, 12, set())
+    with pytest.raises(CodespecError, match="prefill_chunk"):
+        Engine(target, prefill_chunk=-1)
+
+
+def test_cancel_during_prefill_stops_within_one_chunk_and_keeps_its_kv(target):
+    engine = Engine(target, stop_token_ids=[], prefill_chunk=8)
+    prompt = list(b"def fibonacci(n):\n    if n < 2:\n        return n\n    return fib")  # 8 chunks
+    token = CancelToken()
+    forward, chunks = engine._forward, []
+
+    def cancel_during_the_second_chunk(tokens, logits):
+        chunks.append(len(tokens))
+        if len(chunks) == 2:
+            token.cancel()
+        return forward(tokens, logits)
+
+    engine._forward = cancel_during_the_second_chunk
+    result = engine.generate(prompt, max_new_tokens=20, cancel=token)
+    assert result.finish_reason == "cancelled" and result.token_ids == []
+    assert chunks == [8, 8]  # the chunk running at the cancel finished; nothing else ran
+    assert result.stats.prefill_tokens == 16 and result.stats.forwards_after_cancel == 1
+    assert result.stats.target_forwards == 0
+    engine._forward = forward
+    again = engine.generate(prompt, max_new_tokens=20)  # the next request starts from the chunks done
+    assert again.stats.reused_tokens == 16 and again.stats.prefill_tokens == len(prompt) - 16
+    assert again.token_ids == reference_greedy(target.model, prompt, 20, set())
+
+
 def test_cancel_before_start_runs_no_decode_forward(target):
     token = CancelToken()
     token.cancel()
