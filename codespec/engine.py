@@ -136,7 +136,9 @@ class Engine:
         self.target = _model_of(target)
         self.tokenizer = getattr(target, "tokenizer", None)
         self.device = next(self.target.parameters()).device
-        self.prefill_chunk = prefill_chunk or PREFILL_CHUNK.get(self.device.type, PREFILL_CHUNK["cpu"])
+        if prefill_chunk is None:
+            prefill_chunk = PREFILL_CHUNK.get(self.device.type, PREFILL_CHUNK["cpu"])
+        self.prefill_chunk = prefill_chunk
         if self.prefill_chunk < 1:
             raise CodespecError(f"prefill_chunk must be >= 1, got {prefill_chunk}")
         self.draft_model = _model_of(draft) if draft is not None else None

@@ -63,8 +63,9 @@ def test_chunked_prefill_equals_one_shot_and_plain_greedy(target):
     one_shot = Engine(target, stop_token_ids=[], prefill_chunk=10_000).generate(prompt, max_new_tokens=12)
     chunked = Engine(target, stop_token_ids=[], prefill_chunk=5).generate(prompt, max_new_tokens=12)
     assert chunked.token_ids == one_shot.token_ids == reference_greedy(target.model, prompt, 12, set())
-    with pytest.raises(CodespecError, match="prefill_chunk"):
-        Engine(target, prefill_chunk=-1)
+    for bad in (0, -1):
+        with pytest.raises(CodespecError, match="prefill_chunk"):
+            Engine(target, prefill_chunk=bad)
 
 
 def test_cancel_during_prefill_stops_within_one_chunk_and_keeps_its_kv(target):
