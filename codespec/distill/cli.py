@@ -19,6 +19,9 @@ if TYPE_CHECKING:
 
 DEFAULT_TARGET = "bundled:qwen2.5-coder-1.5b"
 DEFAULT_DRAFT = "bundled:qwen2.5-coder-0.5b"
+DEFAULT_TRAIN_TOKENS = 20000
+# Of the data phase's share of --max-minutes, at most this much goes to the held-out examples (done first).
+HELDOUT_SHARE_OF_DATA = 0.25
 METHODS = ("lora",)
 REPORT = "distill.json"
 EVAL_REPORT = "distill-eval.json"
@@ -48,8 +51,9 @@ def add_distill_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--holdout", type=float, default=0.2, help="share of files held out for evaluation")
     parser.add_argument("--seq-len", type=int, default=256, help="tokens per training example")
     parser.add_argument("--fim-fraction", type=float, default=0.5, help="share of the label budget for FIM")
-    parser.add_argument("--max-train-tokens", type=int, default=20000,
-                        help="budget of tokens the target labels for training (its forward is the cost)")
+    parser.add_argument("--max-train-tokens", type=int,
+                        help="budget of tokens the target labels for training (its forward is the cost; default "
+                             f"{DEFAULT_TRAIN_TOKENS}, or as many as --max-minutes allows when it is given)")
     parser.add_argument("--max-eval-tokens", type=int, default=4000, help="same, for held-out agreement")
     parser.add_argument("--top-k", type=int, default=32, help="target probabilities kept per position")
     parser.add_argument("--greedy-fraction", type=float, default=0.0,
@@ -67,7 +71,13 @@ def add_distill_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--eval-dtype", default="auto",
                         help="dtype of the saved draft and of --eval (default auto: what the server uses); "
                              "--dtype is for labelling and training")
-    parser.add_argument("--max-minutes", type=float, help="stop training after this many minutes")
+    parser.add_argument("--max-minutes", type=float,
+                        help="time budget of the whole run up to the saved draft: generating and labelling data "
+                             "(at most --data-share of it), then training (--eval comes after, on top)")
+    parser.add_argument("--data-share", type=float, default=0.4,
+                        help="share of --max-minutes for generating and labelling data (default 0.4)")
+    parser.add_argument("--train-minutes", type=float,
+                        help="stop training after this many minutes of training (counted over resumed runs)")
     parser.add_argument("--max-steps", type=int, help="stop training after this many optimizer steps")
     parser.add_argument("--epochs", type=float, default=2.0)
     parser.add_argument("--batch", type=int, default=4, help="examples per optimizer step")
@@ -107,26 +117,42 @@ def run_distill(args: argparse.Namespace) -> int:
     device = str(accelerator.device) if accelerator.num_processes > 1 else args.device
     args.dtype = _training_dtype(args.dtype, resolve_device(device))
     started = time.monotonic()
-    # The main process generates and labels; the others then find every label in OUT/work.
+    budget_s = args.max_minutes * 60 if args.max_minutes is not None else None
+    # The main process generates and labels; the others then find every label in OUT/work and must take
+    # exactly the examples the main process got within its deadline: they compute nothing themselves.
+    if not accelerator.is_main_process:
+        data_deadlines = (0.0, 0.0)
+    elif budget_s is None:
+        data_deadlines = None
+    else:
+        data_s = args.data_share * budget_s
+        data_deadlines = (started + HELDOUT_SHARE_OF_DATA * data_s, started + data_s)
     with accelerator.main_process_first():
-        target, draft, split, train_examples, held_examples, train_labels, held_labels = _labelled_examples(
-            args, device, work, fresh=args.fresh and accelerator.is_main_process)
+        target, draft, split, train_examples, held_examples, train_labels, held_labels, cut = _labelled_examples(
+            args, device, work, fresh=args.fresh and accelerator.is_main_process, deadlines=data_deadlines)
     train_files, held_files, example_config = split
     label_s = time.monotonic() - started
     cache_keys = _cache_keys(args, target.stop_ids)
     del target  # the target and the trained draft need not share the memory
     gc.collect()
 
+    agreement_started = time.monotonic()
     before = agreement(draft.model, held_examples, held_labels) if held_examples else None
+    train_deadline = None
+    if budget_s is not None:
+        # Kept for the `after` agreement (as long as `before`) and the merge and save.
+        reserve_s = (time.monotonic() - agreement_started) + min(SAVE_RESERVE_S, 0.05 * budget_s)
+        train_deadline = started + budget_s - reserve_s
     config = train.TrainConfig(seed=args.seed, lr=args.lr, rank=args.rank, alpha=2 * args.rank,
                                lora_layers=args.lora_layers, ce_weight=args.ce_weight, batch_examples=args.batch,
                                greedy_weight=args.greedy_weight,
-                               epochs=args.epochs, max_steps=args.max_steps, max_minutes=args.max_minutes,
+                               epochs=args.epochs, max_steps=args.max_steps, max_minutes=args.train_minutes,
                                checkpoint_every=args.checkpoint_every)
     torch.manual_seed(args.seed)
-    peft_model, state = train.train_lora(draft.model, train_examples, train_labels, config, work / "checkpoint.pt",
-                                         data_key=data.fingerprint(train_examples), progress=progress,
-                                         accelerator=accelerator)
+    peft_model, state = train.train_lora(
+        draft.model, train_examples, train_labels, config, work / "checkpoint.pt",
+        data_key=data.fingerprint(train_examples), progress=progress, accelerator=accelerator,
+        out_of_time=(lambda: time.monotonic() >= train_deadline) if train_deadline is not None else None)
     if not accelerator.is_main_process:
         return 0  # the main process saves and evaluates
     after = agreement(peft_model, held_examples, held_labels) if held_examples else None  # same dtype as before
@@ -143,6 +169,8 @@ def run_distill(args: argparse.Namespace) -> int:
         "train_files": [f.relpath for f in train_files], "heldout_files": [f.relpath for f in held_files],
         "train_examples": len(train_examples), "heldout_examples": len(held_examples),
         "train_positions": sum(e.positions for e in train_examples), "label_s": round(label_s, 1),
+        "budget": {"max_minutes": args.max_minutes, "data_share": args.data_share,
+                   "data_cut_by_time": cut, "seconds_to_saved_draft": round(time.monotonic() - started, 1)},
         "greedy": {"fraction": args.greedy_fraction, "max_new_tokens": args.greedy_tokens},
         "onpolicy": {"fraction": args.onpolicy_fraction, "max_new_tokens": args.greedy_tokens},
         "dtype": {"labels_and_training": args.dtype, "saved_and_eval": args.eval_dtype},
@@ -153,6 +181,8 @@ def run_distill(args: argparse.Namespace) -> int:
         "command": " ".join(["codespec", *sys.argv[1:]]) if sys.argv[0].endswith("codespec") else None,
     }
     (args.out / REPORT).write_text(json.dumps(report, indent=1))
+    if state.step == 0:
+        _say("warning: no training step fitted in --max-minutes: the saved draft is the base draft")
     _say(f"trained {state.step} steps in {state.seconds / 60:.1f} min (stopped by {state.stopped_by}); "
          f"loss {_first_last(state.losses)}; saved the draft to {args.out}")
     if before and after:
@@ -168,9 +198,12 @@ def run_distill(args: argparse.Namespace) -> int:
     return 0
 
 
-def _labelled_examples(args: argparse.Namespace, device: str, work: Path, *, fresh: bool) -> tuple:
-    """Both models, the split, the examples (with the models' middles) and the target's labels."""
-    from codespec.distill import data, teacher
+def _labelled_examples(args: argparse.Namespace, device: str, work: Path, *, fresh: bool,
+                       deadlines: tuple[float, float] | None) -> tuple:
+    """Both models, the split, the examples (with the models' middles) and the target's labels, and which
+    splits the deadlines cut short. `deadlines` (monotonic times for the held-out and the training examples):
+    each split stops generating and labelling there and keeps the examples done by then."""
+    from codespec.distill import data
     from codespec.models import load_model
 
     progress = not args.quiet
@@ -189,26 +222,89 @@ def _labelled_examples(args: argparse.Namespace, device: str, work: Path, *, fre
     # Loaded now (both fit easily): the on-policy middles are the draft's own continuations.
     draft = load_model(args.draft, device=device, dtype=args.dtype, progress=progress)
     _check_vocabulary(target.tokenizer, draft.tokenizer)
+    max_train_tokens = args.max_train_tokens
+    if max_train_tokens is None:  # with a time budget, as many as it allows (every process plans the same)
+        max_train_tokens = DEFAULT_TRAIN_TOKENS if args.max_minutes is None else None
     train_examples = data.build_examples(train_files, target.tokenizer, example_config, seed=args.seed,
-                                         max_positions=args.max_train_tokens)
+                                         max_positions=max_train_tokens)
     held_examples = data.build_examples(held_files, target.tokenizer, example_config, seed=args.seed + 1,
                                         max_positions=args.max_eval_tokens) if held_files else []
     models = {"greedy": (target, args.target), "onpolicy": (draft, args.draft)}
-    train_examples = _model_middles(models, train_examples, args, args.seed, work, "train")
-    held_examples = _model_middles(models, held_examples, args, args.seed + 1, work, "heldout")
-    _say(f"{len(train_examples)} training examples ({_kinds(train_examples)}), "
-         f"{len(held_examples)} held-out ({_kinds(held_examples)})")
-    target_name = _run_name(args.target, args)
-    train_labels = teacher.label_examples(target.model, train_examples, args.top_k, work / "labels-train.pt",
-                                          model_name=target_name, desc="target labels (train)", progress=progress)
-    held_labels = teacher.label_examples(target.model, held_examples, args.top_k, work / "labels-heldout.pt",
-                                         model_name=target_name, desc="target labels (held-out)", progress=progress)
-    return (target, draft, (train_files, held_files, example_config), train_examples, held_examples,
-            train_labels, held_labels)
+    held_ready, held_labels = _prepared_split(models, held_examples, args, args.seed + 1, work, "heldout",
+                                              _deadline(deadlines[0] if deadlines else None))
+    train_ready, train_labels = _prepared_split(models, train_examples, args, args.seed, work, "train",
+                                                _deadline(deadlines[1] if deadlines else None))
+    cut = {"train": len(train_ready) < len(train_examples), "heldout": len(held_ready) < len(held_examples)}
+    for split, ready, planned in (("training", train_ready, train_examples), ("held-out", held_ready, held_examples)):
+        if len(ready) < len(planned):
+            _say(f"--max-minutes: {len(ready)} of {len(planned)} {split} examples were ready in the data phase's "
+                 f"time; the run goes on with those")
+    if not train_ready and train_examples:
+        raise CodespecError(f"--max-minutes {args.max_minutes:g}: no training example was labelled in the data "
+                            f"phase ({args.data_share:g} of it); give more minutes or a larger --data-share")
+    _say(f"{len(train_ready)} training examples ({_kinds(train_ready)}), "
+         f"{len(held_ready)} held-out ({_kinds(held_ready)})")
+    return (target, draft, (train_files, held_files, example_config), train_ready, held_ready,
+            train_labels, held_labels, cut)
+
+
+def _deadline(at: float | None):
+    return (lambda: time.monotonic() >= at) if at is not None else None
+
+
+def _prepared_split(models: dict, examples: list, args: argparse.Namespace, seed: int, work: Path, split: str,
+                    out_of_time) -> tuple[list, list]:
+    """`examples` with seeded shares of the FIM middles replaced by the target's greedy continuation
+    (--greedy-fraction) and by the draft's own (--onpolicy-fraction), and the target's labels; generated,
+    or read from OUT/work. Done in chunks of examples in their (seeded, shuffled) order, so that when
+    `out_of_time()` stops it, the examples done form a prefix with every kind in its share."""
+    from tqdm import tqdm
+
+    from codespec.distill import data, teacher
+
+    progress = not args.quiet
+    choices = _middle_choices(examples, args.greedy_fraction, args.onpolicy_fraction, seed)
+    target, target_spec = models["greedy"]
+    chunk_size = max(CHUNK_EXAMPLES, 4 * args.greedy_batch)
+    ready: list = []
+    labels: list = []
+    bar = tqdm(total=sum(len(e.ids) for e in examples), desc=f"data ({split})", unit="tok",
+               disable=not progress or not examples, dynamic_ncols=True)
+    for start in range(0, len(examples), chunk_size):
+        chunk = list(examples[start : start + chunk_size])
+        complete = len(chunk)
+        for name, chosen in choices.items():
+            mine = [i - start for i in chosen if start <= i < start + len(chunk)]
+            if not mine:
+                continue
+            model, spec = models[name]
+            middles = teacher.greedy_continuations(
+                model.model, [chunk[i].ids[: chunk[i].train_from] for i in mine], args.greedy_tokens,
+                target.stop_ids, work / f"{name}-{split}.pt", batch=args.greedy_batch,
+                desc=f"{name} middles ({split})", progress=progress, leave=False,
+                model_name=_run_name(spec, args), out_of_time=out_of_time)
+            done = [(i, m) for i, m in zip(mine, middles, strict=True) if m is not None]
+            complete = min([complete, *(i for i, m in zip(mine, middles, strict=True) if m is None)])
+            chunk = data.with_middles(chunk, [i for i, _ in done], [m for _, m in done], MIDDLE_FILES[name])
+        chunk = chunk[:complete]
+        chunk_labels = teacher.label_examples(
+            target.model, chunk, args.top_k, work / f"labels-{split}.pt", model_name=_run_name(target_spec, args),
+            desc=f"target labels ({split})", progress=progress, leave=False, out_of_time=out_of_time)
+        ready.extend(chunk[: len(chunk_labels)])
+        labels.extend(chunk_labels)
+        bar.update(sum(len(e.ids) for e in examples[start : start + chunk_size]))
+        if len(chunk_labels) < len(examples[start : start + chunk_size]):
+            break  # out of time: the examples after this one are not used, even where they were done
+    bar.close()
+    return ready, labels
 
 
 # The files (OUT/work/NAME-{train,heldout}.pt) of the middles that models write, and the example kind.
 MIDDLE_FILES = {"greedy": "fim-greedy", "onpolicy": "fim-draft"}
+# Examples generated and labelled together: the granularity at which a deadline cuts the data.
+CHUNK_EXAMPLES = 64
+# Kept from --max-minutes for merging and saving the draft (besides the held-out agreement after training).
+SAVE_RESERVE_S = 30.0
 
 
 def _run_name(spec: str, args: argparse.Namespace) -> str:
@@ -255,32 +351,18 @@ def _middle_choices(examples: list, greedy_fraction: float, onpolicy_fraction: f
     return {"greedy": greedy, "onpolicy": data.onpolicy_choice(examples, onpolicy_fraction, seed, exclude=greedy)}
 
 
-def _model_middles(models: dict, examples: list, args: argparse.Namespace, seed: int, work: Path, split: str) -> list:
-    """`examples` with seeded shares of the FIM middles replaced by the target's greedy continuation
-    (--greedy-fraction) and by the draft's own (--onpolicy-fraction); generated, or read from OUT/work."""
-    from codespec.distill import data, teacher
-
-    choices = _middle_choices(examples, args.greedy_fraction, args.onpolicy_fraction, seed)
-    for name, chosen in choices.items():
-        if not chosen:
-            continue
-        model, spec = models[name]
-        prompts = [examples[i].ids[: examples[i].train_from] for i in chosen]
-        middles = teacher.greedy_continuations(
-            model.model, prompts, args.greedy_tokens, models["greedy"][0].stop_ids, work / f"{name}-{split}.pt",
-            batch=args.greedy_batch, desc=f"{name} middles ({split})", progress=not args.quiet,
-            model_name=_run_name(spec, args))
-        examples = data.with_middles(examples, chosen, middles, MIDDLE_FILES[name])
-    return examples
-
-
-def _saved_middles(examples: list, meta: dict, seed: int, work: Path, split: str) -> list | None:
-    """The same, from what the run saved (None when something is missing: the repository changed)."""
+def _saved_middles(examples: list, meta: dict, seed: int, work: Path, split: str,
+                   count: int | None = None) -> list | None:
+    """The first `count` (default all) of `examples` with the middles the run saved (None when something is
+    missing: the repository changed). The choice of middles is made over all `examples`, as in the run."""
     from codespec.distill import data, teacher
 
     choices = _middle_choices(examples, meta.get("greedy", {}).get("fraction", 0.0),
                               meta.get("onpolicy", {}).get("fraction", 0.0), seed)
+    count = len(examples) if count is None else count
+    examples = examples[:count]
     for name, chosen in choices.items():
+        chosen = [i for i in chosen if i < count]
         if not chosen:
             continue
         middles = teacher.saved_continuations(work / f"{name}-{split}.pt",
@@ -348,7 +430,8 @@ def _agreement_from_saved(out: Path, meta: dict, tokenizer, base, distilled) -> 
     held = [f for f in data.collect_files(repo) if f.relpath in set(meta["heldout_files"])]
     config = data.ExampleConfig(**meta["example_config"])
     examples = data.build_examples(held, tokenizer, config, seed=meta["seed"] + 1, max_positions=meta.get("max_eval_tokens"))
-    examples = _saved_middles(examples, meta, meta["seed"] + 1, out / "work", "heldout")
+    # A run cut short by --max-minutes used only the first of them.
+    examples = _saved_middles(examples, meta, meta["seed"] + 1, out / "work", "heldout", meta.get("heldout_examples"))
     labels = (teacher.saved_labels(out / "work" / "labels-heldout.pt", examples, meta.get("caches", {}).get("labels"))
               if examples is not None else None)
     if labels is None:
@@ -362,10 +445,13 @@ def _agreement_from_saved(out: Path, meta: dict, tokenizer, base, distilled) -> 
 def _check_args(args: argparse.Namespace) -> None:
     for name in ("seq_len", "max_train_tokens", "top_k", "batch", "rank", "eval_prompts", "eval_max_tokens",
                  "greedy_tokens", "greedy_batch"):
-        if getattr(args, name) < 1:
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             raise CodespecError(f"--{name.replace('_', '-')} must be >= 1")
-    if args.max_minutes is not None and args.max_minutes <= 0:
-        raise CodespecError("--max-minutes must be > 0")
+    for name in ("max_minutes", "train_minutes"):
+        if getattr(args, name) is not None and getattr(args, name) <= 0:
+            raise CodespecError(f"--{name.replace('_', '-')} must be > 0")
+    if not 0.0 < args.data_share < 1.0:
+        raise CodespecError("--data-share must be in (0, 1): the rest of --max-minutes is for training")
     for name in ("greedy_fraction", "onpolicy_fraction"):
         if not 0.0 <= getattr(args, name) <= 1.0:
             raise CodespecError(f"--{name.replace('_', '-')} must be in [0, 1]")

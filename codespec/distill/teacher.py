@@ -5,7 +5,7 @@ Far cheaper than generating, and exactly what the draft must match for its draft
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,10 +34,13 @@ def label_example(model: torch.nn.Module, example: Example, top_k: int) -> Label
 
 def label_examples(model: torch.nn.Module, examples: Sequence[Example], top_k: int, path: Path, *,
                    model_name: str = "", desc: str = "labels", progress: bool = True,
-                   save_every_s: float = 60.0) -> list[Labels]:
+                   save_every_s: float = 60.0, out_of_time: Callable[[], bool] | None = None,
+                   leave: bool = True) -> list[Labels]:
     """Labels for every example, saved to `path` as they come and kept per example (by its tokens): a killed
     run resumes where it stopped, and a run on another mix of examples relabels only the new ones. `model_name`
-    (the model and its dtype) is part of the file's key: another model's labels are never reused."""
+    (the model and its dtype) is part of the file's key: another model's labels are never reused.
+    `out_of_time` is asked before each example still to label; once it says yes, the labels of the examples
+    before that one are returned (a prefix of `examples`, possibly empty)."""
     from tqdm import tqdm
 
     key = labels_key(top_k, model_name)
@@ -48,8 +51,10 @@ def label_examples(model: torch.nn.Module, examples: Sequence[Example], top_k: i
     # Counted in tokens through the target (its cost), not in labelled positions: the ETA is then right.
     total = sum(len(e.ids) for e in examples)
     bar = tqdm(total=total, initial=total - sum(len(e.ids) for _, e in todo), desc=desc, unit="tok",
-               disable=not progress, dynamic_ncols=True)
+               disable=not progress or not todo, dynamic_ncols=True, leave=leave)
     for digest, example in todo:
+        if out_of_time is not None and out_of_time():
+            break
         cache[digest] = label_example(model, example, top_k)
         bar.update(len(example.ids))
         if time.monotonic() - last_save > save_every_s:
@@ -58,7 +63,12 @@ def label_examples(model: torch.nn.Module, examples: Sequence[Example], top_k: i
     bar.close()
     if todo or not path.exists():
         save_atomic(path, {"key": key, "by_example": cache})
-    return [cache[d] for d in digests]
+    labelled = []
+    for digest in digests:
+        if digest not in cache:
+            break
+        labelled.append(cache[digest])
+    return labelled
 
 
 def labels_key(top_k: int, model_name: str = "") -> dict:
@@ -100,13 +110,16 @@ def save_atomic(path: Path, payload: dict) -> None:
 @torch.inference_mode()
 def greedy_continuations(model: torch.nn.Module, prompts: Sequence[Sequence[int]], max_new_tokens: int,
                          stop_ids: Sequence[int], path: Path, *, batch: int = 8, desc: str = "target greedy",
-                         progress: bool = True, model_name: str = "") -> list[tuple[int, ...]]:
+                         progress: bool = True, model_name: str = "",
+                         out_of_time: Callable[[], bool] | None = None,
+                         leave: bool = True) -> list[tuple[int, ...] | None]:
     """`model`'s own greedy continuation of each prompt (up to, not including, a stop token), batched with
     left padding, saved to `path` after every batch and kept per prompt (a killed run resumes where it
     stopped; another mix of prompts generates only the new ones). `model_name` is part of the file's key.
 
     With the target this is what the draft meets at decode time (it continues the target's output); with
-    the draft itself it is on-policy data: where the draft would go, labelled by the target."""
+    the draft itself it is on-policy data: where the draft would go, labelled by the target.
+    `out_of_time` is asked before each batch; the prompts it leaves without a continuation get None."""
     from tqdm import tqdm
 
     key = continuations_key(model_name, max_new_tokens, stop_ids)
@@ -116,9 +129,11 @@ def greedy_continuations(model: torch.nn.Module, prompts: Sequence[Sequence[int]
     # Similar lengths together: less padding. The order is a pure function of the prompts.
     order = sorted({d: i for i, d in enumerate(digests) if d not in done}.values(), key=lambda i: (len(prompts[i]), i))
     pad = stop_ids[0] if stop_ids else 0
-    bar = tqdm(total=len(prompts), initial=len(prompts) - len(order), desc=desc, unit="prompt", disable=not progress,
-               dynamic_ncols=True)
+    bar = tqdm(total=len(prompts), initial=len(prompts) - len(order), desc=desc, unit="prompt",
+               disable=not progress or not order, dynamic_ncols=True, leave=leave)
     for first in range(0, len(order), batch):
+        if out_of_time is not None and out_of_time():
+            break
         chunk = order[first : first + batch]
         width = max(len(prompts[i]) for i in chunk)
         input_ids = torch.tensor([[pad] * (width - len(prompts[i])) + list(prompts[i]) for i in chunk], device=device)
@@ -131,7 +146,7 @@ def greedy_continuations(model: torch.nn.Module, prompts: Sequence[Sequence[int]
         bar.update(len(chunk))
         save_atomic(path, {"key": key, "by_prompt": done})
     bar.close()
-    return [done[d] for d in digests]
+    return [done.get(d) for d in digests]
 
 
 def continuations_key(model_name: str, max_new_tokens: int, stop_ids: Sequence[int]) -> dict:

@@ -110,9 +110,11 @@ def make_accelerator(device: torch.device):
 
 
 def train_lora(model: torch.nn.Module, examples: Sequence[Example], labels: Sequence[Labels], config: TrainConfig,
-               checkpoint: Path, *, data_key: str, progress: bool = True, accelerator=None
-               ) -> tuple[torch.nn.Module, TrainState]:
-    """Train LoRA adapters on `model` (returned wrapped by peft) and the final TrainState."""
+               checkpoint: Path, *, data_key: str, progress: bool = True, accelerator=None,
+               out_of_time: Callable[[], bool] | None = None) -> tuple[torch.nn.Module, TrainState]:
+    """Train LoRA adapters on `model` (returned wrapped by peft) and the final TrainState. Stops at the
+    first of: the epochs, `max_steps`, `max_minutes` of training (counted over resumed runs too), and
+    `out_of_time()` (this run's own deadline), asked before each step."""
     from tqdm import tqdm
 
     if not examples:
@@ -138,8 +140,8 @@ def train_lora(model: torch.nn.Module, examples: Sequence[Example], labels: Sequ
     state.stopped_by = "steps"
     while state.step < total_steps:
         # Every process must stop at the same step: the main one's clock decides.
-        out_of_time = torch.tensor(float(time.monotonic() - started >= budget_s), device=accelerator.device)
-        if float(accelerator.reduce(out_of_time, "max")):
+        late = time.monotonic() - started >= budget_s or (out_of_time is not None and out_of_time())
+        if float(accelerator.reduce(torch.tensor(float(late), device=accelerator.device), "max")):
             state.stopped_by = "time"
             break
         loss = _train_step(wrapped, optimizer, examples, labels, config, state, accelerator)

@@ -322,8 +322,10 @@ def test_two_processes_under_accelerate_launch_train_like_one(repo, tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    # With --max-minutes and no --max-train-tokens: the other process must plan and take the same examples
+    # as the main one, which alone generates and labels them within its deadline.
     common = ["--repo", str(repo), "--target", "tiny:0", "--draft", "tiny:1", "--seq-len", "96",
-              "--max-train-tokens", "700", "--max-eval-tokens", "300", "--batch", "3", "--lr", "3e-3",
+              "--max-minutes", "30", "--max-eval-tokens", "300", "--batch", "3", "--lr", "3e-3",
               "--max-steps", "4", "--quiet", "--threads", "1"]
     launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
               "--num_machines", "1", "--main_process_port", str(port), "--mixed_precision", "no",
@@ -335,7 +337,81 @@ def test_two_processes_under_accelerate_launch_train_like_one(repo, tmp_path):
     assert main(["distill", "--out", str(tmp_path / "one"), *common]) == 0
     two, one = (json.loads((tmp_path / d / "distill.json").read_text()) for d in ("two", "one"))
     assert two["train"]["steps"] == one["train"]["steps"] == 4
+    assert two["train_examples"] == one["train_examples"] > 20
     assert two["train"]["losses"] == pytest.approx(one["train"]["losses"], rel=1e-4)
     merged_two, merged_one = (load_model(str(tmp_path / d)).model.state_dict() for d in ("two", "one"))
     for name, weight in merged_one.items():
         assert torch.allclose(merged_two[name], weight, atol=1e-5), name
+
+
+def _allow(asks: int):
+    """An `out_of_time` that says no `asks` times, then yes: a deadline that does not depend on the clock."""
+    state = {"asked": 0}
+
+    def out_of_time() -> bool:
+        state["asked"] += 1
+        return state["asked"] > asks
+
+    return out_of_time
+
+
+def test_a_deadline_keeps_a_prefix_of_the_examples_and_a_rerun_completes_them(repo, tmp_path, monkeypatch):
+    import argparse
+
+    from codespec.distill import cli
+
+    monkeypatch.setattr(cli, "CHUNK_EXAMPLES", 4)  # several chunks from the tiny repository
+    target, draft = load_model("tiny:0"), load_model("tiny:1")
+    models = {"greedy": (target, "tiny:0"), "onpolicy": (draft, "tiny:1")}
+    args = argparse.Namespace(greedy_fraction=0.25, onpolicy_fraction=0.25, greedy_tokens=6, greedy_batch=1,
+                              top_k=8, quiet=True, dtype="fp32")
+    examples = data.build_examples(data.collect_files(repo), target.tokenizer, data.ExampleConfig(seq_len=64), seed=0)
+    assert len(examples) > 8
+    whole, whole_labels = cli._prepared_split(models, examples, args, 0, tmp_path / "a", "train", None)
+    assert len(whole) == len(examples) and {"fim-greedy", "fim-draft"} <= {e.kind for e in whole}
+
+    # Cut short: a prefix of the same examples (middles included) with the same labels, nothing else.
+    cut, cut_labels = cli._prepared_split(models, examples, args, 0, tmp_path / "b", "train", _allow(7))
+    assert 0 < len(cut) < len(whole) and cut == whole[: len(cut)] and len(cut_labels) == len(cut)
+    for got, want in zip(cut_labels, whole_labels, strict=False):
+        assert torch.equal(got.ids, want.ids)
+    # Run again with no deadline: the rest is done, what was done is read back, the result is the whole set.
+    again, again_labels = cli._prepared_split(models, examples, args, 0, tmp_path / "b", "train", None)
+    assert again == whole and len(again_labels) == len(whole)
+    # Out of time from the start: nothing new is computed, what is saved is still used.
+    assert cli._prepared_split(models, examples, args, 0, tmp_path / "c", "train", _allow(0)) == ([], [])
+    saved, _ = cli._prepared_split(models, examples, args, 0, tmp_path / "b", "train", _allow(0))
+    assert saved == whole
+
+
+def test_max_minutes_bounds_the_whole_run_and_bench_reads_a_cut_run(repo, tmp_path, monkeypatch, capsys):
+    from codespec.distill import cli
+
+    monkeypatch.setattr(cli, "CHUNK_EXAMPLES", 4)
+    # The deadlines of the held-out and the training data, in the order the run asks for them.
+    deadlines = iter([_allow(3), _allow(5)])
+    monkeypatch.setattr(cli, "_deadline", lambda at: next(deadlines) if at is not None else None)
+    out = tmp_path / "draft"
+    # No --max-train-tokens: with --max-minutes as many as fit. Training stops by the clock (1000 epochs).
+    assert main(["distill", "--repo", str(repo), "--out", str(out), "--target", "tiny:0", "--draft", "tiny:1",
+                 "--seq-len", "96", "--max-eval-tokens", "600", "--batch", "2", "--epochs", "1000", "--dtype", "fp32",
+                 "--quiet", "--greedy-fraction", "0.2", "--onpolicy-fraction", "0.3", "--greedy-batch", "1",
+                 "--max-minutes", "0.2"]) == 0
+    report = json.loads((out / "distill.json").read_text())
+    assert report["budget"]["data_cut_by_time"] == {"train": True, "heldout": True}
+    assert report["train"]["stopped_by"] == "time" and report["train"]["steps"] >= 1
+    assert 0 < report["train_examples"] and 0 < report["heldout_examples"]
+    assert "examples were ready in the data phase's time" in capsys.readouterr().err
+    # `bench distill` rebuilds exactly the held-out examples the cut run used, from the saved labels.
+    assert main(["bench", "distill", "--draft-model", str(out), "--target", "tiny:0", "--eval-prompts", "2",
+                 "--eval-max-tokens", "6", "--quiet"]) == 0
+    evaluation = json.loads((out / "distill-eval.json").read_text())
+    assert evaluation["agreement"]["base"]["positions"] == report["agreement"]["before"]["positions"]
+
+    deadlines = iter([_allow(3), _allow(0)])  # no training example in time: a clear error, not a base draft
+    assert distill(repo, tmp_path / "late", "--max-minutes", "5") == 2
+    assert distill(repo, tmp_path / "o", "--data-share", "1") == 2
+    errors = capsys.readouterr().err.strip().splitlines()
+    assert errors[-2:] == ["codespec: error: --max-minutes 5: no training example was labelled in the data phase "
+                           "(0.4 of it); give more minutes or a larger --data-share",
+                           "codespec: error: --data-share must be in (0, 1): the rest of --max-minutes is for training"]
