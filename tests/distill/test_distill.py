@@ -48,9 +48,12 @@ def repo(tmp_path):
 
 
 def distill(repo, out, *extra: str) -> int:
+    # The file's own middles and windows only, unless a test asks for the models' middles (the defaults'
+    # on-policy mix runs in the two-process test).
     return main(["distill", "--repo", str(repo), "--out", str(out), "--target", "tiny:0", "--draft", "tiny:1",
                  "--seq-len", "96", "--max-train-tokens", "700", "--max-eval-tokens", "300", "--batch", "2",
-                 "--lr", "3e-3", "--epochs", "50", "--dtype", "fp32", "--quiet", *extra])  # fp32 on any CPU
+                 "--lr", "3e-3", "--epochs", "50", "--dtype", "fp32", "--quiet", "--fim-fraction", "0.5",
+                 "--greedy-fraction", "0", "--onpolicy-fraction", "0", "--ce-weight", "0.1", *extra])
 
 
 def test_files_split_by_file_deterministically(repo):
