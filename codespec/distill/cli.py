@@ -272,7 +272,8 @@ def _prepared_split(models: dict, examples: list, args: argparse.Namespace, seed
     bar = tqdm(total=sum(len(e.ids) for e in examples), desc=f"data ({split})", unit="tok",
                disable=not progress or not examples, dynamic_ncols=True)
     for start in range(0, len(examples), chunk_size):
-        chunk = list(examples[start : start + chunk_size])
+        planned = examples[start : start + chunk_size]
+        chunk = list(planned)
         complete = len(chunk)
         for name, chosen in choices.items():
             mine = [i - start for i in chosen if start <= i < start + len(chunk)]
@@ -293,8 +294,8 @@ def _prepared_split(models: dict, examples: list, args: argparse.Namespace, seed
             desc=f"target labels ({split})", progress=progress, leave=False, out_of_time=out_of_time)
         ready.extend(chunk[: len(chunk_labels)])
         labels.extend(chunk_labels)
-        bar.update(sum(len(e.ids) for e in examples[start : start + chunk_size]))
-        if len(chunk_labels) < len(examples[start : start + chunk_size]):
+        bar.update(sum(len(e.ids) for e in planned))
+        if len(chunk_labels) < len(planned):
             break  # out of time: the examples after this one are not used, even where they were done
     bar.close()
     return ready, labels
