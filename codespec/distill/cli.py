@@ -267,6 +267,11 @@ def _prepared_split(models: dict, examples: list, args: argparse.Namespace, seed
     choices = _middle_choices(examples, args.greedy_fraction, args.onpolicy_fraction, seed)
     target, target_spec = models["greedy"]
     chunk_size = max(CHUNK_EXAMPLES, 4 * args.greedy_batch)
+    # Each file is read once for the whole split, not once per chunk.
+    middle_files = {name: teacher.continuation_cache(work / f"{name}-{split}.pt", _run_name(spec, args),
+                                                     args.greedy_tokens, target.stop_ids)
+                    for name, (_, spec) in models.items() if choices.get(name)}
+    label_file = teacher.label_cache(work / f"labels-{split}.pt", args.top_k, _run_name(target_spec, args))
     ready: list = []
     labels: list = []
     bar = tqdm(total=sum(len(e.ids) for e in examples), desc=f"data ({split})", unit="tok",
@@ -282,7 +287,7 @@ def _prepared_split(models: dict, examples: list, args: argparse.Namespace, seed
             model, spec = models[name]
             middles = teacher.greedy_continuations(
                 model.model, [chunk[i].ids[: chunk[i].train_from] for i in mine], args.greedy_tokens,
-                target.stop_ids, work / f"{name}-{split}.pt", batch=args.greedy_batch,
+                target.stop_ids, middle_files[name], batch=args.greedy_batch,
                 desc=f"{name} middles ({split})", progress=progress, leave=False,
                 model_name=_run_name(spec, args), out_of_time=out_of_time)
             done = [(i, m) for i, m in zip(mine, middles, strict=True) if m is not None]
@@ -290,7 +295,7 @@ def _prepared_split(models: dict, examples: list, args: argparse.Namespace, seed
             chunk = data.with_middles(chunk, [i for i, _ in done], [m for _, m in done], MIDDLE_FILES[name])
         chunk = chunk[:complete]
         chunk_labels = teacher.label_examples(
-            target.model, chunk, args.top_k, work / f"labels-{split}.pt", model_name=_run_name(target_spec, args),
+            target.model, chunk, args.top_k, label_file, model_name=_run_name(target_spec, args),
             desc=f"target labels ({split})", progress=progress, leave=False, out_of_time=out_of_time)
         ready.extend(chunk[: len(chunk_labels)])
         labels.extend(chunk_labels)
@@ -298,6 +303,8 @@ def _prepared_split(models: dict, examples: list, args: argparse.Namespace, seed
         if len(chunk_labels) < len(planned):
             break  # out of time: the examples after this one are not used, even where they were done
     bar.close()
+    if examples:
+        label_file.save()
     return ready, labels
 
 

@@ -32,22 +32,25 @@ def label_example(model: torch.nn.Module, example: Example, top_k: int) -> Label
     return Labels(ids=ids.to("cpu", torch.int32), logprobs=values.to("cpu", torch.float32))
 
 
-def label_examples(model: torch.nn.Module, examples: Sequence[Example], top_k: int, path: Path, *,
+def label_examples(model: torch.nn.Module, examples: Sequence[Example], top_k: int, path: Path | CacheFile, *,
                    model_name: str = "", desc: str = "labels", progress: bool = True,
                    save_every_s: float = 60.0, out_of_time: Callable[[], bool] | None = None,
                    leave: bool = True) -> list[Labels]:
     """Labels for every example, saved to `path` as they come and kept per example (by its tokens): a killed
     run resumes where it stopped, and a run on another mix of examples relabels only the new ones. `model_name`
     (the model and its dtype) is part of the file's key: another model's labels are never reused.
+    `path` may be a `CacheFile` opened by `label_cache` (a caller that labels in many calls: the file is
+    read once and written every `save_every_s`, not once per call; the caller saves it at the end).
     `out_of_time` is asked before each example still to label; once it says yes, the labels of the examples
     before that one are returned (a prefix of `examples`, possibly empty)."""
     from tqdm import tqdm
 
-    key = labels_key(top_k, model_name)
-    cache: dict[str, Labels] = load_cache(path, key, "by_example")
+    owned = not isinstance(path, CacheFile)
+    cache = label_cache(path, top_k, model_name) if owned else path
+    if cache.key != labels_key(top_k, model_name):
+        raise ValueError(f"{cache.path}: opened for {cache.key}, not for top-{top_k} labels of {model_name!r}")
     digests = [example_digest(e) for e in examples]
-    todo = [(d, e) for d, e in zip(digests, examples, strict=True) if d not in cache]
-    last_save = time.monotonic()
+    todo = [(d, e) for d, e in zip(digests, examples, strict=True) if d not in cache.entries]
     # Counted in tokens through the target (its cost), not in labelled positions: the ETA is then right.
     total = sum(len(e.ids) for e in examples)
     bar = tqdm(total=total, initial=total - sum(len(e.ids) for _, e in todo), desc=desc, unit="tok",
@@ -55,20 +58,23 @@ def label_examples(model: torch.nn.Module, examples: Sequence[Example], top_k: i
     for digest, example in todo:
         if out_of_time is not None and out_of_time():
             break
-        cache[digest] = label_example(model, example, top_k)
+        cache.put(digest, label_example(model, example, top_k))
         bar.update(len(example.ids))
-        if time.monotonic() - last_save > save_every_s:
-            save_atomic(path, {"key": key, "by_example": cache})
-            last_save = time.monotonic()
+        cache.save_if_due(save_every_s)
     bar.close()
-    if todo or not path.exists():
-        save_atomic(path, {"key": key, "by_example": cache})
+    if owned:
+        cache.save()
     labelled = []
     for digest in digests:
-        if digest not in cache:
+        if digest not in cache.entries:
             break
-        labelled.append(cache[digest])
+        labelled.append(cache.entries[digest])
     return labelled
+
+
+def label_cache(path: Path, top_k: int, model_name: str = "") -> CacheFile:
+    """The labels file of `label_examples`, opened once for several calls."""
+    return CacheFile(path, labels_key(top_k, model_name), "by_example")
 
 
 def labels_key(top_k: int, model_name: str = "") -> dict:
@@ -104,26 +110,56 @@ def save_atomic(path: Path, payload: dict) -> None:
     tmp.replace(path)
 
 
+class CacheFile:
+    """One cache file (labels or middles, by digest), read once and written back through `save_atomic`.
+    Callers that fill it in many calls share one object: each call would otherwise read the whole file and
+    write it again, which grows with the square of the data."""
+
+    def __init__(self, path: Path, key: dict, field: str) -> None:
+        self.path, self.key, self.field = path, key, field
+        self.entries: dict = load_cache(path, key, field)
+        self._dirty = False
+        self._saved_at = time.monotonic()
+
+    def put(self, digest: str, value) -> None:
+        self.entries[digest] = value
+        self._dirty = True
+
+    def save(self) -> None:
+        """Written when something changed, or when there is no file yet (a run with nothing to do leaves one)."""
+        if self._dirty or not self.path.exists():
+            save_atomic(self.path, {"key": self.key, self.field: self.entries})
+            self._dirty = False
+            self._saved_at = time.monotonic()
+
+    def save_if_due(self, every_s: float) -> None:
+        if self._dirty and time.monotonic() - self._saved_at >= every_s:
+            self.save()
+
+
 # ------------------------------------------------------------------------------ sequence-level labels
 
 
 @torch.inference_mode()
 def greedy_continuations(model: torch.nn.Module, prompts: Sequence[Sequence[int]], max_new_tokens: int,
-                         stop_ids: Sequence[int], path: Path, *, batch: int = 8, desc: str = "target greedy",
-                         progress: bool = True, model_name: str = "",
+                         stop_ids: Sequence[int], path: Path | CacheFile, *, batch: int = 8,
+                         desc: str = "target greedy", progress: bool = True, model_name: str = "",
                          out_of_time: Callable[[], bool] | None = None,
                          leave: bool = True) -> list[tuple[int, ...] | None]:
     """`model`'s own greedy continuation of each prompt (up to, not including, a stop token), batched with
     left padding, saved to `path` after every batch and kept per prompt (a killed run resumes where it
-    stopped; another mix of prompts generates only the new ones). `model_name` is part of the file's key.
+    stopped; another mix of prompts generates only the new ones). `model_name` is part of the file's key;
+    `path` may be a `CacheFile` opened by `continuation_cache`, shared by many calls.
 
     With the target this is what the draft meets at decode time (it continues the target's output); with
     the draft itself it is on-policy data: where the draft would go, labelled by the target.
     `out_of_time` is asked before each batch; the prompts it leaves without a continuation get None."""
     from tqdm import tqdm
 
-    key = continuations_key(model_name, max_new_tokens, stop_ids)
-    done: dict[str, tuple[int, ...]] = load_cache(path, key, "by_prompt")
+    store = path if isinstance(path, CacheFile) else continuation_cache(path, model_name, max_new_tokens, stop_ids)
+    if store.key != continuations_key(model_name, max_new_tokens, stop_ids):
+        raise ValueError(f"{store.path}: opened for {store.key}, not for the continuations of {model_name!r}")
+    done: dict[str, tuple[int, ...]] = store.entries
     digests = [_ids_digest([p]) for p in prompts]
     device = next(model.parameters()).device
     # Similar lengths together: less padding. The order is a pure function of the prompts.
@@ -142,11 +178,16 @@ def greedy_continuations(model: torch.nn.Module, prompts: Sequence[Sequence[int]
                              do_sample=False, eos_token_id=list(stop_ids) or None, pad_token_id=pad,
                              temperature=None, top_p=None, top_k=None)
         for row, i in enumerate(chunk):
-            done[digests[i]] = _cut_at_stop(out[row, width:].tolist(), stop_ids)
+            store.put(digests[i], _cut_at_stop(out[row, width:].tolist(), stop_ids))
         bar.update(len(chunk))
-        save_atomic(path, {"key": key, "by_prompt": done})
+        store.save()  # a batch is minutes of work on a CPU; the file holds token ids only
     bar.close()
     return [done.get(d) for d in digests]
+
+
+def continuation_cache(path: Path, model_name: str, max_new_tokens: int, stop_ids: Sequence[int]) -> CacheFile:
+    """The file of `greedy_continuations`, opened once for several calls."""
+    return CacheFile(path, continuations_key(model_name, max_new_tokens, stop_ids), "by_prompt")
 
 
 def continuations_key(model_name: str, max_new_tokens: int, stop_ids: Sequence[int]) -> dict:

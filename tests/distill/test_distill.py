@@ -387,6 +387,36 @@ def test_a_deadline_keeps_a_prefix_of_the_examples_and_a_rerun_completes_them(re
     assert saved == whole
 
 
+def test_the_data_phase_reads_each_cache_file_once_and_writes_the_labels_once(repo, tmp_path, monkeypatch):
+    import argparse
+    from collections import Counter
+
+    from codespec.distill import cli, teacher
+
+    monkeypatch.setattr(cli, "CHUNK_EXAMPLES", 4)  # many chunks: per-chunk I/O would show
+    reads, writes = Counter(), Counter()
+    load, save = teacher.load_cache, teacher.save_atomic
+    monkeypatch.setattr(teacher, "load_cache", lambda path, *a: reads.update([path.name]) or load(path, *a))
+    monkeypatch.setattr(teacher, "save_atomic", lambda path, payload: writes.update([path.name]) or save(path, payload))
+    target, draft = load_model("tiny:0"), load_model("tiny:1")
+    models = {"greedy": (target, "tiny:0"), "onpolicy": (draft, "tiny:1")}
+    args = argparse.Namespace(greedy_fraction=0.25, onpolicy_fraction=0.25, greedy_tokens=6, greedy_batch=1,
+                              top_k=8, quiet=True, dtype="fp32")
+    examples = data.build_examples(data.collect_files(repo), target.tokenizer, data.ExampleConfig(seq_len=64), seed=0)
+    ready, labels = cli._prepared_split(models, examples, args, 0, tmp_path, "train", None)
+    assert len(ready) == len(labels) == len(examples) > 3 * cli.CHUNK_EXAMPLES
+    assert reads == {"labels-train.pt": 1, "greedy-train.pt": 1, "onpolicy-train.pt": 1}
+    # The labels once at the end (within the minute between saves); middles after each batch of 1 prompt
+    # (equal prompts are generated once).
+    middles = [len({e.ids[: e.train_from] for e in ready if e.kind == kind}) for kind in ("fim-greedy", "fim-draft")]
+    assert writes == {"labels-train.pt": 1, "greedy-train.pt": middles[0], "onpolicy-train.pt": middles[1]}
+    # What was written is what a later run reads: nothing is computed again.
+    monkeypatch.setattr(teacher, "label_example", None)
+    monkeypatch.setattr(teacher.CacheFile, "put", None)
+    again, again_labels = cli._prepared_split(models, examples, args, 0, tmp_path, "train", None)
+    assert again == ready and all(torch.equal(a.ids, b.ids) for a, b in zip(again_labels, labels, strict=True))
+
+
 def test_max_minutes_bounds_the_whole_run_and_bench_reads_a_cut_run(repo, tmp_path, monkeypatch, capsys):
     from codespec.distill import cli
 
