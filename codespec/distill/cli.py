@@ -91,6 +91,9 @@ def add_distill_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fresh", action="store_true", help="ignore saved labels and checkpoints in OUT/work")
     parser.add_argument("--eval", action="store_true",
                         help="after training: acceptance and tau before/after on held-out files")
+    parser.add_argument("--data-only", action="store_true",
+                        help="generate and label the data (all of --max-minutes, when given) and stop: a later "
+                             "run of the same command without it reuses them and trains")
 
 
 def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
@@ -126,13 +129,18 @@ def run_distill(args: argparse.Namespace) -> int:
     elif budget_s is None:
         data_deadlines = None
     else:
-        data_s = args.data_share * budget_s
+        data_s = budget_s if args.data_only else args.data_share * budget_s
         data_deadlines = (started + HELDOUT_SHARE_OF_DATA * data_s, started + data_s)
     with accelerator.main_process_first():
         target, draft, split, train_examples, held_examples, train_labels, held_labels, cut = _labelled_examples(
             args, device, work, fresh=args.fresh and accelerator.is_main_process, deadlines=data_deadlines)
     train_files, held_files, example_config = split
     label_s = time.monotonic() - started
+    if args.data_only:
+        if accelerator.is_main_process:
+            _say(f"--data-only: {len(train_examples)} training and {len(held_examples)} held-out examples labelled "
+                 f"in {args.out / 'work'} ({label_s / 60:.1f} min); the same command without --data-only trains")
+        return 0
     cache_keys = _cache_keys(args, target.stop_ids)
     del target  # the target and the trained draft need not share the memory
     gc.collect()
@@ -240,7 +248,7 @@ def _labelled_examples(args: argparse.Namespace, device: str, work: Path, *, fre
         if len(ready) < len(planned):
             _say(f"--max-minutes: {len(ready)} of {len(planned)} {split} examples were ready in the data phase's "
                  f"time; the run goes on with those")
-    if not train_ready and train_examples:
+    if not train_ready and train_examples and not args.data_only:
         raise CodespecError(f"--max-minutes {args.max_minutes:g}: no training example was labelled in the data "
                             f"phase ({args.data_share:g} of it); give more minutes or a larger --data-share")
     _say(f"{len(train_ready)} training examples ({_kinds(train_ready)}), "
@@ -466,6 +474,8 @@ def _check_args(args: argparse.Namespace) -> None:
             raise CodespecError(f"--{name.replace('_', '-')} must be in [0, 1]")
     if args.greedy_fraction + args.onpolicy_fraction > 1.0:
         raise CodespecError("--greedy-fraction + --onpolicy-fraction must be <= 1 (they share the FIM examples)")
+    if args.data_only and args.eval:
+        raise CodespecError("--data-only stops before training: there is nothing to --eval")
     if args.eval and args.holdout == 0:
         raise CodespecError("--eval needs held-out files (--holdout > 0)")
 

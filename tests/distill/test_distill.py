@@ -417,6 +417,29 @@ def test_the_data_phase_reads_each_cache_file_once_and_writes_the_labels_once(re
     assert again == ready and all(torch.equal(a.ids, b.ids) for a, b in zip(again_labels, labels, strict=True))
 
 
+def test_data_only_labels_and_stops_and_the_same_command_then_trains_on_those_labels(repo, tmp_path, monkeypatch,
+                                                                                        capsys):
+    from codespec.distill import teacher
+
+    out = tmp_path / "draft"
+    mix = ("--greedy-fraction", "0.2", "--onpolicy-fraction", "0.3", "--greedy-tokens", "6", "--max-steps", "2")
+    assert distill(repo, out, *mix, "--data-only") == 0
+    assert "training and" in capsys.readouterr().err
+    work = sorted(p.name for p in (out / "work").iterdir())
+    assert work == sorted(f"{name}-{split}.pt" for name in ("labels", "greedy", "onpolicy") for split in ("train", "heldout"))
+    assert not (out / "config.json").exists() and not (out / "distill.json").exists()
+    # The run that trains computes no label and no middle: all of them are read back.
+    monkeypatch.setattr(teacher, "label_example", None)
+    monkeypatch.setattr(teacher.CacheFile, "put", None)
+    assert distill(repo, out, *mix) == 0
+    report = json.loads((out / "distill.json").read_text())
+    assert report["train"]["steps"] == 2 and (out / "config.json").exists()
+    assert {"fim-greedy", "fim-draft"} <= report["agreement"]["before"]["by_kind"].keys()
+    assert distill(repo, tmp_path / "x", "--data-only", "--eval") == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "codespec: error: --data-only stops before training: there is nothing to --eval")
+
+
 def test_max_minutes_bounds_the_whole_run_and_bench_reads_a_cut_run(repo, tmp_path, monkeypatch, capsys):
     from codespec.distill import cli
 
