@@ -235,8 +235,7 @@ class Engine:
             if finish:
                 break
             new_tokens = self._step(ids, max_new_tokens - len(generated), sampler, proposer, stats)
-            if cancel is not None and cancel.cancelled_at is not None:
-                stats.forwards_after_cancel += 1
+            _count_if_cancelled(cancel, stats)
             if self.step_delay_s:
                 time.sleep(self.step_delay_s)
             for i, token in enumerate(new_tokens):
@@ -281,8 +280,7 @@ class Engine:
                 stats.prefill_tokens = start - keep
                 break
             self._forward(prompt[start : min(start + self.prefill_chunk, len(prompt) - 1)], logits=1)
-            if cancel is not None and cancel.cancelled_at is not None:
-                stats.forwards_after_cancel += 1
+            _count_if_cancelled(cancel, stats)
         stats.prefill_s = time.perf_counter() - t0
         return complete
 
@@ -331,6 +329,13 @@ class Engine:
         if self.tokenizer is None:
             return ""
         return self.tokenizer.decode(tokens, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+
+def _count_if_cancelled(cancel: CancelToken | None, stats: GenerationStats) -> None:
+    """Called after each target forward (prefill chunk or decode step): one that ended after the cancel
+    arrived is work wasted on a stale request, the number the server reports and tests bound."""
+    if cancel is not None and cancel.cancelled_at is not None:
+        stats.forwards_after_cancel += 1
 
 
 def _verify_greedy(drafts: list[int], logits: torch.Tensor) -> tuple[int, int]:
