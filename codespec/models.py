@@ -239,6 +239,23 @@ def cpu_has_native_bf16() -> bool:
     return any(getattr(torch.cpu, name, lambda: False)() for name in checks)
 
 
+def release_freed_memory() -> None:
+    """Give the C heap's free pages back to the system (glibc's `malloc_trim`; elsewhere nothing).
+
+    Work on tensors of ever new shapes (labelling and generating examples of every length) leaves glibc
+    holding the memory it freed: on a 2-core AMX CPU the bf16 data phase of `codespec distill` grew by
+    ~0.7 GB a minute until the OOM killer ended it, and one `malloc_trim` took it from 9.3 to 5.6 GB."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        trim = ctypes.CDLL("libc.so.6").malloc_trim  # musl has no malloc_trim
+    except (OSError, AttributeError):
+        return
+    trim(0)
+
+
 class Profile(NamedTuple):
     target: str
     draft: str | None

@@ -270,6 +270,7 @@ def _prepared_split(models: dict, examples: list, args: argparse.Namespace, seed
     from tqdm import tqdm
 
     from codespec.distill import data, teacher
+    from codespec.models import release_freed_memory
 
     progress = not args.quiet
     choices = _middle_choices(examples, args.greedy_fraction, args.onpolicy_fraction, seed)
@@ -308,6 +309,7 @@ def _prepared_split(models: dict, examples: list, args: argparse.Namespace, seed
         ready.extend(chunk[: len(chunk_labels)])
         labels.extend(chunk_labels)
         bar.update(sum(len(e.ids) for e in planned))
+        release_freed_memory()  # every chunk's shapes are new: glibc would otherwise keep what they freed
         if len(chunk_labels) < len(planned):
             break  # out of time: the examples after this one are not used, even where they were done
     bar.close()
