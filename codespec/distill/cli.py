@@ -1,5 +1,5 @@
-"""Command line of `codespec distill` and `codespec bench distill`: data -> labels -> LoRA -> merged draft
--> before/after evaluation. Everything the run learns about itself goes to OUT/distill.json."""
+"""Command line of `codespec distill` and `codespec bench distill`: data -> labels -> training (LoRA or
+full) -> saved draft -> before/after evaluation. Everything the run learns about itself goes to OUT/distill.json."""
 
 from __future__ import annotations
 
@@ -22,7 +22,6 @@ DEFAULT_DRAFT = "bundled:qwen2.5-coder-0.5b"
 DEFAULT_TRAIN_TOKENS = 20000
 # Of the data phase's share of --max-minutes, at most this much goes to the held-out examples (done first).
 HELDOUT_SHARE_OF_DATA = 0.25
-METHODS = ("lora",)
 REPORT = "distill.json"
 EVAL_REPORT = "distill-eval.json"
 EVAL_PLOT = "distill-eval.png"
@@ -45,7 +44,9 @@ def add_distill_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repo", required=True, type=Path, help="the repository whose code the draft learns")
     parser.add_argument("--out", required=True, type=Path, help="output directory: the merged draft (HF format)")
     parser.add_argument("--draft", default=DEFAULT_DRAFT, help=f"draft model spec to adapt (default {DEFAULT_DRAFT})")
-    parser.add_argument("--method", choices=METHODS, default="lora", help="lora: LoRA on the draft, merged at the end")
+    parser.add_argument("--method", choices=("lora", "full"), default="lora",
+                        help="lora: LoRA adapters on the draft, merged at the end; full: every weight but the token "
+                             "embedding (fp32 weights, computing in --dtype; ~16 bytes per weight of memory)")
     add_common_arguments(parser, dtype_help="of labelling and training: auto (bf16 on CUDA and on CPUs with "
                          "AVX512-BF16 or AMX, else fp32), fp32, bf16, fp16")
     parser.add_argument("--holdout", type=float, default=0.2, help="share of files held out for evaluation")
@@ -82,10 +83,10 @@ def add_distill_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-steps", type=int, help="stop training after this many optimizer steps")
     parser.add_argument("--epochs", type=float, default=1.5)
     parser.add_argument("--batch", type=int, default=4, help="examples per optimizer step")
-    parser.add_argument("--lr", type=float, default=3e-4)
-    parser.add_argument("--rank", type=int, default=16, help="LoRA rank")
+    parser.add_argument("--lr", type=float, help="peak learning rate (default 3e-4 for lora, 2e-5 for full)")
+    parser.add_argument("--rank", type=int, default=16, help="LoRA rank (--method lora)")
     parser.add_argument("--lora-layers", type=int,
-                        help="adapt only the last N decoder layers (cheaper backward; default all)")
+                        help="adapt only the last N decoder layers (--method lora; cheaper backward; default all)")
     parser.add_argument("--ce-weight", type=float, default=0.5, help="weight of the CE on the target's argmax")
     parser.add_argument("--checkpoint-every", type=int, default=10, help="optimizer steps between checkpoints")
     parser.add_argument("--fresh", action="store_true", help="ignore saved labels and checkpoints in OUT/work")
@@ -144,33 +145,42 @@ def run_distill(args: argparse.Namespace) -> int:
     cache_keys = _cache_keys(args, target.stop_ids)
     del target  # the target and the trained draft need not share the memory
     gc.collect()
+    autocast = None
+    if args.method == "full" and args.dtype != "fp32":
+        # Adam's updates of a fine-tuned weight are far below bf16's resolution: fp32 weights, bf16 compute.
+        draft = load_model(args.draft, device=device, dtype="fp32", progress=progress)
+        autocast = _FULL_DTYPE_NAMES[args.dtype]
+        gc.collect()
 
     agreement_started = time.monotonic()
-    before = agreement(draft.model, held_examples, held_labels) if held_examples else None
+    before = agreement(draft.model, held_examples, held_labels, autocast=autocast) if held_examples else None
     train_deadline = None
     if budget_s is not None:
         # Kept for the `after` agreement (as long as `before`) and the merge and save.
         reserve_s = (time.monotonic() - agreement_started) + min(SAVE_RESERVE_S, 0.05 * budget_s)
         train_deadline = started + budget_s - reserve_s
-    config = train.TrainConfig(seed=args.seed, lr=args.lr, rank=args.rank, alpha=2 * args.rank,
+    config = train.TrainConfig(method=args.method, autocast=autocast, seed=args.seed,
+                               lr=args.lr if args.lr is not None else DEFAULT_LR[args.method],
+                               rank=args.rank, alpha=2 * args.rank,
                                lora_layers=args.lora_layers, ce_weight=args.ce_weight, batch_examples=args.batch,
                                greedy_weight=args.greedy_weight,
                                epochs=args.epochs, max_steps=args.max_steps, max_minutes=args.train_minutes,
                                checkpoint_every=args.checkpoint_every)
     torch.manual_seed(args.seed)
-    peft_model, state = train.train_lora(
+    peft_model, state = train.train_draft(
         draft.model, train_examples, train_labels, config, work / "checkpoint.pt",
         data_key=data.fingerprint(train_examples), progress=progress, accelerator=accelerator,
         out_of_time=(lambda: time.monotonic() >= train_deadline) if train_deadline is not None else None)
     if not accelerator.is_main_process:
         return 0  # the main process saves and evaluates
-    after = agreement(peft_model, held_examples, held_labels) if held_examples else None  # same dtype as before
+    # As `before` was computed: the same dtype and autocast.
+    after = agreement(peft_model, held_examples, held_labels, autocast=autocast) if held_examples else None
     eval_dtype = resolve_dtype(args.eval_dtype, resolve_device(device))
     fresh_base = None
     if eval_dtype != next(draft.model.parameters()).dtype:  # merge into the base weights in the saved dtype
         fresh_base = lambda: load_model(args.draft, device=device, dtype=args.eval_dtype,  # noqa: E731
                                         progress=progress).model
-    merged = train.save_merged(peft_model, draft.tokenizer, args.out, base=fresh_base)
+    merged = train.save_draft(peft_model, draft.tokenizer, args.out, config, eval_dtype, base=fresh_base)
     report = {
         "repo": str(args.repo.resolve()), "target": args.target, "draft": args.draft, "method": args.method,
         "seed": args.seed, "holdout": args.holdout, "example_config": asdict(example_config),
@@ -322,6 +332,8 @@ def _prepared_split(models: dict, examples: list, args: argparse.Namespace, seed
 MIDDLE_FILES = {"greedy": "fim-greedy", "onpolicy": "fim-draft"}
 # Examples generated and labelled together: the granularity at which a deadline cuts the data.
 CHUNK_EXAMPLES = 64
+DEFAULT_LR = {"lora": 3e-4, "full": 2e-5}
+_FULL_DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16"}
 # Kept from --max-minutes for merging and saving the draft (besides the held-out agreement after training).
 SAVE_RESERVE_S = 30.0
 
@@ -478,6 +490,8 @@ def _check_args(args: argparse.Namespace) -> None:
         raise CodespecError("--greedy-fraction + --onpolicy-fraction must be <= 1 (they share the FIM examples)")
     if args.data_only and args.eval:
         raise CodespecError("--data-only stops before training: there is nothing to --eval")
+    if args.method != "lora" and args.lora_layers is not None:
+        raise CodespecError("--lora-layers is for --method lora")
     if args.eval and args.holdout == 0:
         raise CodespecError("--eval needs held-out files (--holdout > 0)")
 

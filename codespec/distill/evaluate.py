@@ -16,17 +16,20 @@ import torch
 
 from codespec.distill.data import ExampleConfig, SourceFile, fim_prompt, line_start_spans
 from codespec.distill.teacher import Labels
-from codespec.distill.train import distill_loss, draft_logits
+from codespec.distill.train import compute_context, distill_loss, draft_logits
 
 
 @torch.inference_mode()
-def agreement(model: torch.nn.Module, examples: Sequence, labels: Sequence[Labels]) -> dict:
+def agreement(model: torch.nn.Module, examples: Sequence, labels: Sequence[Labels], *,
+              autocast: str | None = None) -> dict:
     """Share of positions where the draft's argmax is the target's, and the KL, in all and per kind of
-    example (fim: the file's middle; fim-greedy: the target's own continuation, what decoding meets)."""
+    example (fim: the file's middle; fim-greedy: the target's own continuation, what decoding meets).
+    `autocast`: computed as in training (see TrainConfig.autocast)."""
     loss = 0.0
     kinds: dict[str, list[int]] = {}  # kind -> [agreeing positions, positions]
     for example, label in zip(examples, labels, strict=True):
-        logits = draft_logits(model, example)
+        with compute_context(model, autocast):
+            logits = draft_logits(model, example)
         kind = kinds.setdefault(example.kind, [0, 0])
         kind[0] += int((logits.argmax(-1).cpu() == label.ids[:, 0].long()).sum())
         kind[1] += example.positions

@@ -1,9 +1,10 @@
-"""LoRA distillation of the draft: minimise KL(target || draft) on the target's top-k labels (plus an
-optional cross-entropy on the target's argmax, the token greedy verification accepts).
+"""Distillation of the draft: minimise KL(target || draft) on the target's top-k labels (plus an optional
+cross-entropy on the target's argmax, the token greedy verification accepts), by LoRA adapters merged at
+the end (`lora`) or by training every weight but the token embedding (`full`).
 
 Distribution is `accelerate`'s: run as `accelerate launch -m codespec.cli distill ...`, every process takes
 its share of each batch's examples and DDP sums the gradients; one process (CPU, one GPU) needs nothing
-else. Checkpoints hold the LoRA weights, the optimizer, the step and the data cursor; a run resumed from one
+else. Checkpoints hold the trained weights, the optimizer, the step and the data cursor; a run resumed from one
 continues exactly as if it had not stopped (the data order is a function of the seed and the epoch)."""
 
 from __future__ import annotations
@@ -23,10 +24,15 @@ from codespec.distill.teacher import Labels, save_atomic
 from codespec.errors import CodespecError
 
 LORA_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+METHODS = ("lora", "full")
 
 
 @dataclass
 class TrainConfig:
+    method: str = "lora"  # one of METHODS
+    # "bfloat16"/"float16": the forward and backward compute in it over fp32 weights (torch.autocast), so
+    # that full fine-tuning's small updates are not rounded away. None: in the weights' own dtype.
+    autocast: str | None = None
     seed: int = 0
     lr: float = 3e-4
     warmup_steps: int = 4
@@ -79,6 +85,35 @@ def draft_logits(model: torch.nn.Module, example: Example) -> torch.Tensor:
     return out.logits[0]
 
 
+def compute_context(model: torch.nn.Module, autocast: str | None):
+    """Where the draft's forwards (and their backward) run: autocast to `autocast` over fp32 weights."""
+    if autocast is None:
+        return contextlib.nullcontext()
+    return torch.autocast(next(model.parameters()).device.type, dtype=getattr(torch, autocast))
+
+
+def trainable(model: torch.nn.Module, config: TrainConfig) -> torch.nn.Module:
+    """The model whose parameters with requires_grad the optimizer trains: peft's wrapper for lora, the
+    model itself for full."""
+    if config.method == "lora":
+        return add_lora(model, config)
+    if config.method == "full":
+        return unfreeze_all_but_embeddings(model)
+    raise CodespecError(f"unknown distillation method {config.method!r}; use one of {', '.join(METHODS)}")
+
+
+def unfreeze_all_but_embeddings(model: torch.nn.Module) -> torch.nn.Module:
+    """Every weight trains except the token embedding (and the LM head, tied to it in small Qwen models):
+    a quarter of the 0.5B draft's weights, whose rows for tokens the repository never uses would only
+    cost optimizer state."""
+    frozen = {id(model.get_input_embeddings().weight)}
+    if model.get_output_embeddings() is not None:
+        frozen.add(id(model.get_output_embeddings().weight))
+    for parameter in model.parameters():
+        parameter.requires_grad_(id(parameter) not in frozen)
+    return model
+
+
 def add_lora(model: torch.nn.Module, config: TrainConfig) -> torch.nn.Module:
     from peft import LoraConfig, get_peft_model
 
@@ -109,25 +144,25 @@ def make_accelerator(device: torch.device):
     return Accelerator(cpu=device.type == "cpu", device_placement=False)
 
 
-def train_lora(model: torch.nn.Module, examples: Sequence[Example], labels: Sequence[Labels], config: TrainConfig,
-               checkpoint: Path, *, data_key: str, progress: bool = True, accelerator=None,
-               out_of_time: Callable[[], bool] | None = None) -> tuple[torch.nn.Module, TrainState]:
-    """Train LoRA adapters on `model` (returned wrapped by peft) and the final TrainState. Stops at the
-    first of: the epochs, `max_steps`, `max_minutes` of training (counted over resumed runs too), and
-    `out_of_time()` (this run's own deadline), asked before each step."""
+def train_draft(model: torch.nn.Module, examples: Sequence[Example], labels: Sequence[Labels], config: TrainConfig,
+                checkpoint: Path, *, data_key: str, progress: bool = True, accelerator=None,
+                out_of_time: Callable[[], bool] | None = None) -> tuple[torch.nn.Module, TrainState]:
+    """Train `model` by `config.method` (returned as `trainable` made it: wrapped by peft for lora) and the
+    final TrainState. Stops at the first of: the epochs, `max_steps`, `max_minutes` of training (counted
+    over resumed runs too), and `out_of_time()` (this run's own deadline), asked before each step."""
     from tqdm import tqdm
 
     if not examples:
         raise CodespecError("no training examples (is the repository empty, or all of it held out?)")
     accelerator = accelerator or make_accelerator(next(model.parameters()).device)
-    peft_model = add_lora(model, config)
+    peft_model = trainable(model, config)
     peft_model.train()
     params = [p for p in peft_model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=0.0)
     state = TrainState()
     key = {"data": data_key, "config": _resume_key(config)}
     if checkpoint.exists():
-        state = _load_checkpoint(checkpoint, key, peft_model, optimizer) or state
+        state = _load_checkpoint(checkpoint, key, peft_model, optimizer, config.method) or state
     # DDP around the peft model when there are several processes; the same objects otherwise.
     wrapped, optimizer = accelerator.prepare(peft_model, optimizer)
     total_steps = math.ceil(config.epochs * len(examples) / config.batch_examples)
@@ -150,11 +185,11 @@ def train_lora(model: torch.nn.Module, examples: Sequence[Example], labels: Sequ
         bar.update()
         bar.set_postfix(loss=f"{loss:.4f}")
         if state.step % config.checkpoint_every == 0 and accelerator.is_main_process:
-            _save_checkpoint(checkpoint, key, peft_model, optimizer, state)
+            _save_checkpoint(checkpoint, key, peft_model, optimizer, state, config.method)
     state.seconds = time.monotonic() - started
     bar.close()
     if accelerator.is_main_process:
-        _save_checkpoint(checkpoint, key, peft_model, optimizer, state)
+        _save_checkpoint(checkpoint, key, peft_model, optimizer, state, config.method)
     accelerator.wait_for_everyone()
     peft_model.eval()
     return peft_model, state
@@ -177,13 +212,15 @@ def _train_step(model, optimizer, examples, labels, config: TrainConfig, state: 
     mine = batch[accelerator.process_index :: accelerator.num_processes]
     scale = accelerator.num_processes
     total = torch.zeros((), device=accelerator.device)
+    compute = compute_context(model, config.autocast)
     for n, i in enumerate(mine):
         # Gradients are exchanged once per step, on the last backward.
         sync = contextlib.nullcontext() if n == len(mine) - 1 else accelerator.no_sync(model)
         with sync:
             # Weighted sum over positions / weighted positions of the whole batch (all weigh 1 by default).
-            loss = weight(examples[i]) * distill_loss(draft_logits(model, examples[i]), labels[i],
-                                                      config.ce_weight).sum() / positions
+            with compute:
+                logits = draft_logits(model, examples[i])
+            loss = weight(examples[i]) * distill_loss(logits, labels[i], config.ce_weight).sum() / positions
             accelerator.backward(loss * scale)
         total += loss.detach()
     if not mine:  # more processes than examples: this one still takes part in the gradient exchange
@@ -201,22 +238,46 @@ def _resume_key(config: TrainConfig) -> dict:
     return data
 
 
-def _save_checkpoint(path: Path, key: dict, model, optimizer, state: TrainState) -> None:
-    from peft import get_peft_model_state_dict
+def _trained_weights(model, method: str) -> dict:
+    if method == "lora":
+        from peft import get_peft_model_state_dict
 
-    save_atomic(path, {"key": key, "lora": get_peft_model_state_dict(model), "optimizer": optimizer.state_dict(),
+        return get_peft_model_state_dict(model)
+    return {name: p.detach() for name, p in model.named_parameters() if p.requires_grad}
+
+
+def _save_checkpoint(path: Path, key: dict, model, optimizer, state: TrainState, method: str) -> None:
+    save_atomic(path, {"key": key, "weights": _trained_weights(model, method), "optimizer": optimizer.state_dict(),
                        "state": asdict(state)})
 
 
-def _load_checkpoint(path: Path, key: dict, model, optimizer) -> TrainState | None:
-    from peft import set_peft_model_state_dict
-
+def _load_checkpoint(path: Path, key: dict, model, optimizer, method: str) -> TrainState | None:
     saved = torch.load(path, weights_only=False)
-    if saved.get("key") != key:
+    if saved.get("key") != key or "weights" not in saved:
         return None  # another data set or configuration: start over (the file is overwritten)
-    set_peft_model_state_dict(model, saved["lora"])
+    if method == "lora":
+        from peft import set_peft_model_state_dict
+
+        set_peft_model_state_dict(model, saved["weights"])
+    else:
+        with torch.no_grad():
+            parameters = dict(model.named_parameters())
+            for name, value in saved["weights"].items():
+                parameters[name].copy_(value)
     optimizer.load_state_dict(saved["optimizer"])
     return TrainState(**saved["state"])
+
+
+def save_draft(model, tokenizer, out: Path, config: TrainConfig, dtype: torch.dtype,
+               base: Callable[[], torch.nn.Module] | None = None) -> torch.nn.Module:
+    """The trained draft as a plain HF directory in `dtype` (what `--draft-model DIR` and the server load)."""
+    if config.method == "lora":
+        return save_merged(model, tokenizer, out, base=base)
+    out.mkdir(parents=True, exist_ok=True)
+    model = model.to(dtype)
+    model.save_pretrained(str(out), safe_serialization=True)
+    tokenizer.save_pretrained(str(out))
+    return model
 
 
 def save_merged(peft_model, tokenizer, out: Path, *, base: Callable[[], torch.nn.Module] | None = None

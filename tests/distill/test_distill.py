@@ -139,16 +139,45 @@ def test_distill_trains_saves_a_loadable_draft_and_stays_lossless(repo, tmp_path
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["token_ids"] == expected
 
 
-def test_resumed_training_equals_one_uninterrupted_run(repo, tmp_path):
-    assert distill(repo, tmp_path / "whole", "--max-steps", "6", "--checkpoint-every", "2") == 0
-    assert distill(repo, tmp_path / "parts", "--max-steps", "3", "--checkpoint-every", "2") == 0
-    assert distill(repo, tmp_path / "parts", "--max-steps", "6", "--checkpoint-every", "2") == 0
+@pytest.mark.parametrize("method", ["lora", "full"])
+def test_resumed_training_equals_one_uninterrupted_run(repo, tmp_path, method):
+    run = ("--checkpoint-every", "2", "--method", method, "--lr", "3e-3" if method == "lora" else "1e-3")
+    assert distill(repo, tmp_path / "whole", "--max-steps", "6", *run) == 0
+    assert distill(repo, tmp_path / "parts", "--max-steps", "3", *run) == 0
+    assert distill(repo, tmp_path / "parts", "--max-steps", "6", *run) == 0
     whole = json.loads((tmp_path / "whole" / "distill.json").read_text())["train"]["losses"]
     parts = json.loads((tmp_path / "parts" / "distill.json").read_text())["train"]["losses"]
     assert len(whole) == 6 and parts == pytest.approx(whole, rel=1e-4)
     a = load_model(str(tmp_path / "whole")).model.state_dict()
     b = load_model(str(tmp_path / "parts")).model.state_dict()
     assert all(torch.allclose(a[n], b[n], atol=1e-6) for n in a)
+
+
+def test_full_fine_tuning_trains_all_but_the_embedding_in_fp32_and_stays_lossless(repo, tmp_path):
+    out = tmp_path / "full"
+    # bf16 compute over fp32 weights, which keep the small updates that bf16 weights would round away.
+    assert distill(repo, out, "--method", "full", "--max-steps", "10", "--lr", "1e-3", "--dtype", "bf16") == 0
+    report = json.loads((out / "distill.json").read_text())
+    assert report["method"] == "full" and report["train"]["autocast"] == "bfloat16"
+    losses = report["train"]["losses"]
+    assert len(losses) == 10 and sum(losses[-3:]) / 3 < sum(losses[:3]) / 3
+    assert report["agreement"]["after"]["kl"] < report["agreement"]["before"]["kl"]
+
+    loaded = load_model(str(out)).model
+    base = tiny_model(1).state_dict()
+    trained = loaded.state_dict()
+    assert {p.dtype for p in loaded.parameters()} == {torch.float32}
+    assert torch.equal(trained["model.embed_tokens.weight"], base["model.embed_tokens.weight"])
+    assert all(not torch.equal(trained[n], base[n]) for n in base
+               if ".layers." in n and n.endswith("proj.weight"))  # every decoder layer's projections moved
+
+    from codespec.engine import Engine
+
+    target = load_model("tiny:0")
+    prompt = tiny_tokenizer().encode("    def pop(self):\n")
+    expected = reference_greedy(target.model, prompt, 24, set(stop_token_ids(target.tokenizer)))
+    result = Engine(target, load_model(str(out)), drafting="model").generate(prompt, max_new_tokens=24)
+    assert result.token_ids == expected and result.stats.drafted > 0
 
 
 def test_bench_distill_reports_before_and_after(repo, tmp_path, capsys):
@@ -166,9 +195,11 @@ def test_bench_distill_reports_before_and_after(repo, tmp_path, capsys):
 def test_user_errors_are_one_line(repo, tmp_path, capsys):
     assert distill(tmp_path / "missing", tmp_path / "o") == 2
     assert distill(repo, tmp_path / "o", "--holdout", "0", "--eval") == 2
+    assert distill(repo, tmp_path / "o", "--method", "full", "--lora-layers", "2") == 2
     errors = capsys.readouterr().err.strip().splitlines()
     assert errors == [f"codespec: error: --repo {tmp_path / 'missing'}: not a directory",
-                      "codespec: error: --eval needs held-out files (--holdout > 0)"]
+                      "codespec: error: --eval needs held-out files (--holdout > 0)",
+                      "codespec: error: --lora-layers is for --method lora"]
 
 
 def test_greedy_continuations_are_the_targets_greedy_output_batched_and_resumed(repo, tmp_path):
