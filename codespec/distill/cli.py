@@ -83,7 +83,7 @@ def add_distill_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-steps", type=int, help="stop training after this many optimizer steps")
     parser.add_argument("--epochs", type=float, default=1.5)
     parser.add_argument("--batch", type=int, default=4, help="examples per optimizer step")
-    parser.add_argument("--lr", type=float, help="peak learning rate (default 3e-4 for lora, 2e-5 for full)")
+    parser.add_argument("--lr", type=float, help="peak learning rate (default 3e-4 for lora, 5e-6 for full: measured, docs/distill.md)")
     parser.add_argument("--rank", type=int, default=16, help="LoRA rank (--method lora)")
     parser.add_argument("--lora-layers", type=int,
                         help="adapt only the last N decoder layers (--method lora; cheaper backward; default all)")
@@ -167,20 +167,20 @@ def run_distill(args: argparse.Namespace) -> int:
                                epochs=args.epochs, max_steps=args.max_steps, max_minutes=args.train_minutes,
                                checkpoint_every=args.checkpoint_every)
     torch.manual_seed(args.seed)
-    peft_model, state = train.train_draft(
+    trained, state = train.train_draft(
         draft.model, train_examples, train_labels, config, work / "checkpoint.pt",
         data_key=data.fingerprint(train_examples), progress=progress, accelerator=accelerator,
         out_of_time=(lambda: time.monotonic() >= train_deadline) if train_deadline is not None else None)
     if not accelerator.is_main_process:
         return 0  # the main process saves and evaluates
     # As `before` was computed: the same dtype and autocast.
-    after = agreement(peft_model, held_examples, held_labels, autocast=autocast) if held_examples else None
+    after = agreement(trained, held_examples, held_labels, autocast=autocast) if held_examples else None
     eval_dtype = resolve_dtype(args.eval_dtype, resolve_device(device))
     fresh_base = None
     if eval_dtype != next(draft.model.parameters()).dtype:  # merge into the base weights in the saved dtype
         fresh_base = lambda: load_model(args.draft, device=device, dtype=args.eval_dtype,  # noqa: E731
                                         progress=progress).model
-    merged = train.save_draft(peft_model, draft.tokenizer, args.out, config, eval_dtype, base=fresh_base)
+    saved = train.save_draft(trained, draft.tokenizer, args.out, config, eval_dtype, base=fresh_base)
     report = {
         "repo": str(args.repo.resolve()), "target": args.target, "draft": args.draft, "method": args.method,
         "seed": args.seed, "holdout": args.holdout, "example_config": asdict(example_config),
@@ -207,7 +207,7 @@ def run_distill(args: argparse.Namespace) -> int:
     if before and after:
         _say(f"held-out teacher-forced agreement: {before['agreement']:.1%} -> {after['agreement']:.1%} "
              f"(KL {before['kl']:.4f} -> {after['kl']:.4f})")
-    del peft_model, merged, draft
+    del trained, saved, draft
     gc.collect()
     if args.eval:
         evaluate_dir(args.out, target_spec=args.target, base_spec=args.draft, device=device, dtype=args.eval_dtype,
@@ -332,7 +332,7 @@ def _prepared_split(models: dict, examples: list, args: argparse.Namespace, seed
 MIDDLE_FILES = {"greedy": "fim-greedy", "onpolicy": "fim-draft"}
 # Examples generated and labelled together: the granularity at which a deadline cuts the data.
 CHUNK_EXAMPLES = 64
-DEFAULT_LR = {"lora": 3e-4, "full": 2e-5}
+DEFAULT_LR = {"lora": 3e-4, "full": 5e-6}
 _FULL_DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16"}
 # Kept from --max-minutes for merging and saving the draft (besides the held-out agreement after training).
 SAVE_RESERVE_S = 30.0

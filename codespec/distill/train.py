@@ -155,16 +155,16 @@ def train_draft(model: torch.nn.Module, examples: Sequence[Example], labels: Seq
     if not examples:
         raise CodespecError("no training examples (is the repository empty, or all of it held out?)")
     accelerator = accelerator or make_accelerator(next(model.parameters()).device)
-    peft_model = trainable(model, config)
-    peft_model.train()
-    params = [p for p in peft_model.parameters() if p.requires_grad]
+    trained = trainable(model, config)
+    trained.train()
+    params = [p for p in trained.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=0.0)
     state = TrainState()
     key = {"data": data_key, "config": _resume_key(config)}
     if checkpoint.exists():
-        state = _load_checkpoint(checkpoint, key, peft_model, optimizer, config.method) or state
-    # DDP around the peft model when there are several processes; the same objects otherwise.
-    wrapped, optimizer = accelerator.prepare(peft_model, optimizer)
+        state = _load_checkpoint(checkpoint, key, trained, optimizer, config.method) or state
+    # DDP around the model when there are several processes; the same objects otherwise.
+    wrapped, optimizer = accelerator.prepare(trained, optimizer)
     total_steps = math.ceil(config.epochs * len(examples) / config.batch_examples)
     if config.max_steps is not None:
         total_steps = min(total_steps, config.max_steps)
@@ -185,14 +185,14 @@ def train_draft(model: torch.nn.Module, examples: Sequence[Example], labels: Seq
         bar.update()
         bar.set_postfix(loss=f"{loss:.4f}")
         if state.step % config.checkpoint_every == 0 and accelerator.is_main_process:
-            _save_checkpoint(checkpoint, key, peft_model, optimizer, state, config.method)
+            _save_checkpoint(checkpoint, key, trained, optimizer, state, config.method)
     state.seconds = time.monotonic() - started
     bar.close()
     if accelerator.is_main_process:
-        _save_checkpoint(checkpoint, key, peft_model, optimizer, state, config.method)
+        _save_checkpoint(checkpoint, key, trained, optimizer, state, config.method)
     accelerator.wait_for_everyone()
-    peft_model.eval()
-    return peft_model, state
+    trained.eval()
+    return trained, state
 
 
 def _train_step(model, optimizer, examples, labels, config: TrainConfig, state: TrainState, accelerator) -> float:
