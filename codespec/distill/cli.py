@@ -44,7 +44,7 @@ def add_distill_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repo", required=True, type=Path, help="the repository whose code the draft learns")
     parser.add_argument("--out", required=True, type=Path, help="output directory: the merged draft (HF format)")
     parser.add_argument("--draft", default=DEFAULT_DRAFT, help=f"draft model spec to adapt (default {DEFAULT_DRAFT})")
-    parser.add_argument("--method", choices=("lora", "full"), default="lora",
+    parser.add_argument("--method", choices=tuple(DEFAULT_LR), default="lora",
                         help="lora: LoRA adapters on the draft, merged at the end; full: every weight but the token "
                              "embedding (fp32 weights, computing in --dtype; ~16 bytes per weight of memory)")
     add_common_arguments(parser, dtype_help="of labelling and training: auto (bf16 on CUDA and on CPUs with "
@@ -149,7 +149,7 @@ def run_distill(args: argparse.Namespace) -> int:
     if args.method == "full" and args.dtype != "fp32":
         # Adam's updates of a fine-tuned weight are far below bf16's resolution: fp32 weights, bf16 compute.
         draft = load_model(args.draft, device=device, dtype="fp32", progress=progress)
-        autocast = _FULL_DTYPE_NAMES[args.dtype]
+        autocast = str(resolve_dtype(args.dtype, resolve_device(device))).removeprefix("torch.")
         gc.collect()
 
     agreement_started = time.monotonic()
@@ -333,7 +333,6 @@ MIDDLE_FILES = {"greedy": "fim-greedy", "onpolicy": "fim-draft"}
 # Examples generated and labelled together: the granularity at which a deadline cuts the data.
 CHUNK_EXAMPLES = 64
 DEFAULT_LR = {"lora": 3e-4, "full": 5e-6}
-_FULL_DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16"}
 # Kept from --max-minutes for merging and saving the draft (besides the held-out agreement after training).
 SAVE_RESERVE_S = 30.0
 
