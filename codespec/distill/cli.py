@@ -64,6 +64,9 @@ def add_distill_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--greedy-tokens", type=int, default=48, help="longest greedy continuation")
     parser.add_argument("--greedy-weight", type=float, default=1.0,
                         help="loss weight of positions in those greedy middles, relative to the others")
+    parser.add_argument("--offpath-weight", type=float, default=1.0,
+                        help="loss weight of positions in the draft's own middles after its first token that is "
+                             "not the target's argmax (decoding never drafts from there: verification rejects it)")
     parser.add_argument("--onpolicy-fraction", type=float, default=0.8,
                         help="share of FIM examples whose middle is the draft's own greedy continuation, labelled "
                              "by the target (on-policy distillation: the draft is taught where it goes wrong; a "
@@ -163,7 +166,7 @@ def run_distill(args: argparse.Namespace) -> int:
                                lr=args.lr if args.lr is not None else DEFAULT_LR[args.method],
                                rank=args.rank, alpha=2 * args.rank,
                                lora_layers=args.lora_layers, ce_weight=args.ce_weight, batch_examples=args.batch,
-                               greedy_weight=args.greedy_weight,
+                               greedy_weight=args.greedy_weight, offpath_weight=args.offpath_weight,
                                epochs=args.epochs, max_steps=args.max_steps, max_minutes=args.train_minutes,
                                checkpoint_every=args.checkpoint_every)
     torch.manual_seed(args.seed)
@@ -485,6 +488,8 @@ def _check_args(args: argparse.Namespace) -> None:
     for name in ("greedy_fraction", "onpolicy_fraction"):
         if not 0.0 <= getattr(args, name) <= 1.0:
             raise CodespecError(f"--{name.replace('_', '-')} must be in [0, 1]")
+    if args.greedy_weight <= 0 or not 0.0 <= args.offpath_weight <= 1.0:
+        raise CodespecError("--greedy-weight must be > 0 and --offpath-weight in [0, 1]")
     if args.greedy_fraction + args.onpolicy_fraction > 1.0:
         raise CodespecError("--greedy-fraction + --onpolicy-fraction must be <= 1 (they share the FIM examples)")
     if args.data_only and args.eval:

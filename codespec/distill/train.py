@@ -45,6 +45,10 @@ class TrainConfig:
     # Loss weight of the positions of "fim-greedy" examples (the target's own continuations: what the
     # draft meets at decode time) relative to the others.
     greedy_weight: float = 1.0
+    # Loss weight of the positions of "fim-draft" examples (the draft's own middles) after the draft's first
+    # disagreement with the target's argmax. Greedy verification rejects everything after that token, so
+    # decoding never meets those states: the draft always drafts from a prefix of the target's greedy path.
+    offpath_weight: float = 1.0
     batch_examples: int = 4  # examples per optimizer step (gradient accumulation, one example at a time)
     epochs: float = 2.0
     max_steps: int | None = None
@@ -76,6 +80,22 @@ def distill_loss(draft_logits: torch.Tensor, labels: Labels, ce_weight: float) -
     kl_rest = p_rest * (p_rest.log() - q_rest.log())
     ce = -log_q_top[:, 0]
     return kl_top + kl_rest + ce_weight * ce
+
+
+def position_weights(example: Example, label: Labels, config: TrainConfig) -> torch.Tensor:
+    """Loss weight of each trained position of `example` (all 1 by default): `greedy_weight` in the target's
+    greedy middles; in the draft's own middles, `offpath_weight` once an earlier drafted token was not the
+    target's argmax (the first position that disagrees still weighs 1: that is where the draft must learn)."""
+    weights = torch.ones(example.positions)
+    if example.kind == "fim-greedy":
+        return weights * config.greedy_weight
+    if example.kind == "fim-draft" and config.offpath_weight != 1.0:
+        drafted = torch.tensor(example.ids[example.train_from:], dtype=torch.long)
+        agrees = (drafted == label.ids[: len(drafted), 0].long()).long()
+        # Position j is on the target's path when the j drafted tokens before it all agreed.
+        on_path = torch.cat([torch.ones(1, dtype=torch.long), agrees.cumprod(0)])
+        weights = torch.where(on_path.bool(), weights, torch.full_like(weights, config.offpath_weight))
+    return weights
 
 
 def draft_logits(model: torch.nn.Module, example: Example) -> torch.Tensor:
@@ -201,8 +221,8 @@ def _train_step(model, optimizer, examples, labels, config: TrainConfig, state: 
         epoch, index = divmod(state.examples_seen, len(examples))
         batch.append(example_order(len(examples), config.seed, epoch)[index])
         state.examples_seen += 1
-    weight = lambda e: config.greedy_weight if e.kind == "fim-greedy" else 1.0  # noqa: E731
-    positions = sum(weight(examples[i]) * examples[i].positions for i in batch)
+    weights = {i: position_weights(examples[i], labels[i], config) for i in batch}
+    positions = float(sum(w.sum() for w in weights.values()))
     lr_scale = min(1.0, (state.step + 1) / max(1, config.warmup_steps))
     for group in optimizer.param_groups:
         group["lr"] = config.lr * lr_scale
@@ -220,7 +240,8 @@ def _train_step(model, optimizer, examples, labels, config: TrainConfig, state: 
             # Weighted sum over positions / weighted positions of the whole batch (all weigh 1 by default).
             with compute:
                 logits = draft_logits(model, examples[i])
-            loss = weight(examples[i]) * distill_loss(logits, labels[i], config.ce_weight).sum() / positions
+            per_position = distill_loss(logits, labels[i], config.ce_weight)
+            loss = (weights[i].to(per_position.device) * per_position).sum() / positions
             accelerator.backward(loss * scale)
         total += loss.detach()
     if not mine:  # more processes than examples: this one still takes part in the gradient exchange

@@ -8,8 +8,8 @@ import torch
 
 from codespec.cli import main
 from codespec.distill import data
-from codespec.distill.teacher import label_example
-from codespec.distill.train import distill_loss, draft_logits
+from codespec.distill.teacher import Labels, label_example
+from codespec.distill.train import TrainConfig, distill_loss, draft_logits, position_weights
 from codespec.errors import CodespecError
 from codespec.models import load_model, stop_token_ids
 from codespec.tiny import tiny_model, tiny_tokenizer
@@ -318,6 +318,21 @@ def test_labels_are_kept_per_example_and_reused_across_example_sets(repo, tmp_pa
     assert label_examples(tiny_model(0), later, 4, path, progress=False)[0].ids.shape[1] == 4  # another top-k
 
 
+def test_offpath_weight_applies_after_the_drafts_first_disagreement_with_the_target():
+    # prompt 7 8 9, drafted middle 1 2 3 4; the target's argmax after 9, 1, 2, 3, 4: 1 2 5 4 0.
+    draft = data.Example(ids=(7, 8, 9, 1, 2, 3, 4), train_from=3, kind="fim-draft", source="a.py")
+    target = torch.tensor([[1, 6], [2, 6], [5, 6], [4, 6], [0, 6]], dtype=torch.int32)
+    labels = Labels(ids=target, logprobs=torch.log(torch.full((5, 2), 0.5)))
+    weights = position_weights(draft, labels, TrainConfig(offpath_weight=0.25))
+    # On the path: the first three positions (the third, where 5 was wanted and 3 drafted, included).
+    assert weights.tolist() == [1.0, 1.0, 1.0, 0.25, 0.25]
+    assert position_weights(draft, labels, TrainConfig()).tolist() == [1.0] * 5
+    greedy = data.Example(ids=draft.ids, train_from=3, kind="fim-greedy", source="a.py")
+    assert position_weights(greedy, labels, TrainConfig(greedy_weight=4, offpath_weight=0)).tolist() == [4.0] * 5
+    fim = data.Example(ids=draft.ids, train_from=3, kind="fim", source="a.py")
+    assert position_weights(fim, labels, TrainConfig(offpath_weight=0)).tolist() == [1.0] * 5
+
+
 def test_onpolicy_middles_are_the_drafts_own_greedy_continuations(repo, tmp_path, capsys):
     out = tmp_path / "draft"
     assert distill(repo, out, "--max-steps", "4", "--greedy-fraction", "0.25", "--onpolicy-fraction", "0.25",
@@ -343,6 +358,11 @@ def test_onpolicy_middles_are_the_drafts_own_greedy_continuations(repo, tmp_path
         assert tuple(reference_greedy(draft, prompt, 8, stop)) in saved["by_prompt"].values()
     assert kinds["fim-draft"]["positions"] == sum(len(m) + 1 for m in saved["by_prompt"].values())
     assert distill(repo, tmp_path / "o", "--greedy-fraction", "0.6", "--onpolicy-fraction", "0.6") == 2
+    # Off-path positions may weigh nothing: training still runs on the rest and the draft is saved.
+    assert distill(repo, tmp_path / "off", "--max-steps", "2", "--onpolicy-fraction", "0.5", "--greedy-tokens", "8",
+                   "--offpath-weight", "0") == 0
+    assert json.loads((tmp_path / "off" / "distill.json").read_text())["train"]["offpath_weight"] == 0.0
+    assert distill(repo, tmp_path / "o", "--offpath-weight", "2") == 2
 
 
 def test_two_processes_under_accelerate_launch_train_like_one(repo, tmp_path):
