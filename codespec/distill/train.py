@@ -222,7 +222,7 @@ def _train_step(model, optimizer, examples, labels, config: TrainConfig, state: 
         batch.append(example_order(len(examples), config.seed, epoch)[index])
         state.examples_seen += 1
     weights = {i: position_weights(examples[i], labels[i], config) for i in batch}
-    positions = float(sum(w.sum() for w in weights.values()))
+    positions = float(sum(weights[i].sum() for i in batch))  # an example may come twice across an epoch's end
     lr_scale = min(1.0, (state.step + 1) / max(1, config.warmup_steps))
     for group in optimizer.param_groups:
         group["lr"] = config.lr * lr_scale
