@@ -425,20 +425,18 @@ def evaluate_dir(out: Path, *, target_spec: str, base_spec: str, device: str, dt
                  max_new_tokens: int, progress: bool, agreement_report: dict | None,
                  prefix_tokens: int = 256) -> dict:
     """Acceptance/tau of the base draft and of the distilled one in OUT, on the held-out files of OUT's run."""
-    from codespec.distill import data
     from codespec.distill.evaluate import eval_prompts, markdown, plot, speculative_eval, tau_change
     from codespec.models import load_model
 
     meta = _read_report(out)
-    repo = Path(meta["repo"])
-    held = [f for f in data.collect_files(repo) if f.relpath in set(meta["heldout_files"])]
+    held = heldout_files(meta)
     if not held:
-        raise CodespecError(f"{out}: the run held out no files of {repo}; nothing to evaluate on")
+        raise CodespecError(f"{out}: the run held out no files of {meta['repo']}; nothing to evaluate on")
     target = load_model(target_spec, device=device, dtype=dtype, progress=progress)
     base = load_model(base_spec, device=device, dtype=dtype, progress=progress)
     distilled = load_model(str(out), device=device, dtype=dtype, progress=progress)
     if agreement_report is None:
-        agreement_report = _agreement_from_saved(out, meta, target.tokenizer, base, distilled)
+        agreement_report = _agreement_from_saved(out, meta, held, target.tokenizer, base, distilled)
     chosen = eval_prompts(held, target.tokenizer, prompts, meta["seed"], prefix_tokens=prefix_tokens)
     spec = speculative_eval(target, {"base": base, "distilled": distilled}, chosen, max_new_tokens,
                             progress=progress)
@@ -454,13 +452,20 @@ def evaluate_dir(out: Path, *, target_spec: str, base_spec: str, device: str, dt
     return report
 
 
-def _agreement_from_saved(out: Path, meta: dict, tokenizer, base, distilled) -> dict | None:
-    """Held-out agreement from the labels the distill run saved (no target forwards needed)."""
+def heldout_files(meta: dict) -> list:
+    """The files a distill run (its DIR/distill.json) held out, read from its repository now."""
+    from codespec.distill import data
+
+    names = set(meta["heldout_files"])
+    return [f for f in data.collect_files(Path(meta["repo"])) if f.relpath in names]
+
+
+def _agreement_from_saved(out: Path, meta: dict, held: list, tokenizer, base, distilled) -> dict | None:
+    """Held-out agreement (of the `held` files) from the labels the distill run saved (no target forwards
+    needed)."""
     from codespec.distill import data, teacher
     from codespec.distill.evaluate import agreement
 
-    repo = Path(meta["repo"])
-    held = [f for f in data.collect_files(repo) if f.relpath in set(meta["heldout_files"])]
     config = data.ExampleConfig(**meta["example_config"])
     examples = data.build_examples(held, tokenizer, config, seed=meta["seed"] + 1, max_positions=meta.get("max_eval_tokens"))
     # A run cut short by --max-minutes used only the first of them.

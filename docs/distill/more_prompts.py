@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from codespec.distill import data
+from codespec.distill.cli import heldout_files
 from codespec.distill.evaluate import eval_prompts, speculative_eval, tau_ratio_interval
 from codespec.models import load_model
 
@@ -40,8 +40,7 @@ def main() -> None:
     target = load_model(meta["target"], dtype=args.dtype)
     drafts = {"base": load_model(meta["draft"], dtype=args.dtype)}
     drafts.update({d.name: load_model(str(d), dtype=args.dtype) for d in args.drafts})
-    held = [f for f in data.collect_files(Path(meta["repo"])) if f.relpath in set(meta["heldout_files"])]
-    prompts = eval_prompts(held, target.tokenizer, args.total, meta["seed"])
+    prompts = eval_prompts(heldout_files(meta), target.tokenizer, args.total, meta["seed"])
     names = [r["prompt"] for r in first["runs"]]
     assert [p.name for p in prompts[:done]] == names, "the prompt list is not the one the bench used"
     new = speculative_eval(target, drafts, prompts[done:], max_new)
