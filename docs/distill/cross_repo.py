@@ -28,12 +28,14 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     result = {}
-    target = None
+    targets = {}  # by spec: each RUN is measured against its own target
     for pair in args.pairs:
         run, draft_dir = map(Path, pair.split(":"))
         meta = json.loads((run / "distill.json").read_text())
         spec = json.loads((run / "distill-eval.json").read_text())["speculative"]
-        target = target or load_model(meta["target"])
+        if meta["target"] not in targets:
+            targets[meta["target"]] = load_model(meta["target"])
+        target = targets[meta["target"]]
         prompts = eval_prompts(heldout_files(meta), target.tokenizer, spec["prompts"], meta["seed"])
         assert [p.name for p in prompts] == [r["prompt"] for r in spec["runs"]], "not the bench's prompts"
         new = speculative_eval(target, {"cross": load_model(str(draft_dir))}, prompts, spec["max_new_tokens"])
