@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 from transformers import DynamicCache
 
+from codespec.eagle import EagleHead, EagleProposer, FeatureBuffer
 from codespec.errors import CodespecError
 from codespec.proposers import (
     CombinedProposer,
@@ -146,16 +147,29 @@ class Engine:
             raise CodespecError(f"unknown drafting mode {drafting!r}; use one of {', '.join(DRAFTING_MODES)}")
         if drafting in ("model", "both") and self.draft_model is None:
             raise CodespecError(f"drafting {drafting!r} needs a draft model")
-        if self.draft_model is not None:
+        if self.draft_model is not None and not isinstance(self.draft_model, EagleHead):
             _check_same_vocabulary(target, draft)
         self.drafting = drafting
         self.step_delay_s = step_delay_s
         self.lookup = LookupProposer(lookup)
-        self.model_drafter = DraftModelProposer(self.draft_model, draft_config) if self.draft_model is not None else None
+        # The target's last hidden state at every cached position, kept only for a drafter that reads it.
+        self.features = FeatureBuffer()
+        self.model_drafter = self.drafter_for(draft, draft_config) if draft is not None else None
         self.stop_token_ids = set(stop_token_ids if stop_token_ids is not None else _default_stops(self))
         self.max_positions = getattr(self.target.config, "max_position_embeddings", None)
         self._cache: DynamicCache | None = None
         self._cached: list[int] = []  # tokens whose keys/values the target cache holds
+
+    def drafter_for(self, draft, config: DraftModelConfig | None = None) -> DraftModelProposer | EagleProposer:
+        """The drafter of a draft model, or of an EAGLE head (which drafts from this engine's target features)."""
+        model = _model_of(draft)
+        if isinstance(model, EagleHead):
+            return EagleProposer(model.attach(self.target), self.features, config)
+        return DraftModelProposer(model, config)
+
+    @property
+    def collects_features(self) -> bool:
+        return bool(getattr(self.model_drafter, "uses_target_features", False))
 
     def proposer(self, drafting: str) -> Proposer | None:
         if drafting == "none":
@@ -170,6 +184,7 @@ class Engine:
 
     def reset_cache(self) -> None:
         self._cache, self._cached = None, []
+        self.features.truncate(0)
         if self.model_drafter is not None:
             self.model_drafter.reset()
 
@@ -267,10 +282,13 @@ class Engine:
         False when cancelled between two (the chunks done stay cached: the next prompt may share them)."""
         t0 = time.perf_counter()
         keep = min(common_prefix_len(self._cached, prompt), len(prompt) - 1)
+        # Positions cached while no drafter wanted features have none: they are computed again.
+        keep = min(keep, len(self.features)) if self.collects_features else keep
         if self._cache is None:
             self._cache, keep = DynamicCache(), 0
         rollback_cache(self._cache, keep)
         self._cached = prompt[:keep]
+        self.features.truncate(keep if self.collects_features else 0)
         stats.reused_tokens = keep
         stats.prefill_tokens = len(prompt) - keep
         complete = True
@@ -285,8 +303,16 @@ class Engine:
         return complete
 
     def _forward(self, tokens: list[int], logits: int) -> torch.Tensor:
+        input_ids = torch.tensor([tokens], device=self.device)
+        if self.collects_features:
+            # The trunk and the LM head apart, to keep the last hidden states (what the LM head reads).
+            hidden = self.target.base_model(input_ids=input_ids, past_key_values=self._cache,
+                                            use_cache=True).last_hidden_state
+            self.features.append(hidden[0])
+            self._cached.extend(tokens)
+            return self.target.get_output_embeddings()(hidden[0, -logits:]).float()
         out = self.target(
-            input_ids=torch.tensor([tokens], device=self.device),
+            input_ids=input_ids,
             past_key_values=self._cache,
             use_cache=True,
             logits_to_keep=logits,
@@ -309,6 +335,7 @@ class Engine:
             accepted, next_token = _verify_sampling(draft, drafts, logits, sampler)
         rollback_cache(self._cache, len(ids) + accepted)
         del self._cached[len(ids) + accepted :]
+        self.features.truncate(len(ids) + accepted)
         if drafts:
             source = draft.source
             stats.drafted += len(drafts)

@@ -143,9 +143,10 @@ def parse_spec(spec: str) -> ModelSpec:
             raise CodespecError(f"model spec {text!r}: no such GGUF file")
         return ModelSpec("gguf", str(path.resolve()), path=path.resolve())
     if path.is_dir():
-        if not (path / "config.json").is_file():
+        if not (path / "config.json").is_file() and not (path / "eagle.json").is_file():
             raise CodespecError(
-                f"model spec {text!r}: directory has no config.json (not a HF model directory)"
+                f"model spec {text!r}: directory has no config.json (not a HF model directory) and no "
+                "eagle.json (not an EAGLE head written by `codespec distill --method eagle`)"
             )
         return ModelSpec("hf_dir", str(path.resolve()), path=path.resolve())
     if _looks_like_hub_id(text) and not path.exists():
@@ -742,8 +743,12 @@ def _load_hf_dir(
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from codespec.eagle import is_eagle_dir, load_head
+
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        if is_eagle_dir(path):  # an EAGLE draft head written by `codespec distill --method eagle`
+            return load_head(path, device, dtype), tokenizer
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, local_files_only=True)
     except Exception as exc:  # safetensors, json and torch errors alike: the directory is unusable
         hint = (

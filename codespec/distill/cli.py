@@ -46,7 +46,9 @@ def add_distill_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--draft", default=DEFAULT_DRAFT, help=f"draft model spec to adapt (default {DEFAULT_DRAFT})")
     parser.add_argument("--method", choices=tuple(DEFAULT_LR), default="lora",
                         help="lora: LoRA adapters on the draft, merged at the end; full: every weight but the token "
-                             "embedding (fp32 weights, computing in --dtype; ~16 bytes per weight of memory)")
+                             "embedding (fp32 weights, computing in --dtype; ~16 bytes per weight of memory); eagle: "
+                             "a new EAGLE-style head (one decoder layer on the target's features, drafting with the "
+                             "target's own embedding and LM head) instead of the draft model")
     add_common_arguments(parser, dtype_help="of labelling and training: auto (bf16 on CUDA and on CPUs with "
                          "AVX512-BF16 or AMX, else fp32), fp32, bf16, fp16")
     parser.add_argument("--holdout", type=float, default=0.2, help="share of files held out for evaluation")
@@ -146,6 +148,9 @@ def run_distill(args: argparse.Namespace) -> int:
                  f"in {args.out / 'work'} ({label_s / 60:.1f} min); the same command without --data-only trains")
         return 0
     cache_keys = _cache_keys(args, target.stop_ids)
+    if args.method == "eagle":
+        return _distill_head(args, accelerator, target, draft, split, train_examples, held_examples, train_labels,
+                             held_labels, cut, cache_keys, started, budget_s, label_s)
     del target  # the target and the trained draft need not share the memory
     gc.collect()
     autocast = None
@@ -184,25 +189,8 @@ def run_distill(args: argparse.Namespace) -> int:
         fresh_base = lambda: load_model(args.draft, device=device, dtype=args.eval_dtype,  # noqa: E731
                                         progress=progress).model
     saved = train.save_draft(trained, draft.tokenizer, args.out, config, eval_dtype, base=fresh_base)
-    report = {
-        "repo": str(args.repo.resolve()), "target": args.target, "draft": args.draft, "method": args.method,
-        "seed": args.seed, "holdout": args.holdout, "example_config": asdict(example_config),
-        "max_eval_tokens": args.max_eval_tokens,
-        "train_files": [f.relpath for f in train_files], "heldout_files": [f.relpath for f in held_files],
-        "train_examples": len(train_examples), "heldout_examples": len(held_examples),
-        "train_positions": sum(e.positions for e in train_examples), "label_s": round(label_s, 1),
-        "budget": {"max_minutes": args.max_minutes, "data_share": args.data_share,
-                   "data_cut_by_time": cut, "seconds_to_saved_draft": round(time.monotonic() - started, 1)},
-        "greedy": {"fraction": args.greedy_fraction, "max_new_tokens": args.greedy_tokens},
-        "onpolicy": {"fraction": args.onpolicy_fraction, "max_new_tokens": args.greedy_tokens},
-        "dtype": {"labels_and_training": args.dtype, "saved_and_eval": args.eval_dtype},
-        "train": {**asdict(config), "steps": state.step, "seconds": round(state.seconds, 1),
-                  "stopped_by": state.stopped_by, "losses": [round(x, 5) for x in state.losses]},
-        "agreement": {"before": before, "after": after},
-        "caches": cache_keys,  # the keys of OUT/work's label and middle files: `bench distill` reads them
-        "command": " ".join(["codespec", *sys.argv[1:]]) if sys.argv[0].endswith("codespec") else None,
-    }
-    (args.out / REPORT).write_text(json.dumps(report, indent=1))
+    _write_report(args, split, train_examples, held_examples, label_s, cut, started, config, state,
+                  {"before": before, "after": after}, cache_keys)
     if state.step == 0:
         _say("warning: no training step fitted in --max-minutes: the saved draft is the base draft")
     _say(f"trained {state.step} steps in {state.seconds / 60:.1f} min (stopped by {state.stopped_by}); "
@@ -220,6 +208,84 @@ def run_distill(args: argparse.Namespace) -> int:
     return 0
 
 
+def _write_report(args: argparse.Namespace, split: tuple, train_examples: list, held_examples: list, label_s: float,
+                  cut: dict, started: float, config, state, agreement_report: dict, cache_keys: dict) -> None:
+    train_files, held_files, example_config = split
+    report = {
+        "repo": str(args.repo.resolve()), "target": args.target, "draft": args.draft, "method": args.method,
+        "seed": args.seed, "holdout": args.holdout, "example_config": asdict(example_config),
+        "max_eval_tokens": args.max_eval_tokens,
+        "train_files": [f.relpath for f in train_files], "heldout_files": [f.relpath for f in held_files],
+        "train_examples": len(train_examples), "heldout_examples": len(held_examples),
+        "train_positions": sum(e.positions for e in train_examples), "label_s": round(label_s, 1),
+        "budget": {"max_minutes": args.max_minutes, "data_share": args.data_share,
+                   "data_cut_by_time": cut, "seconds_to_saved_draft": round(time.monotonic() - started, 1)},
+        "greedy": {"fraction": args.greedy_fraction, "max_new_tokens": args.greedy_tokens},
+        "onpolicy": {"fraction": args.onpolicy_fraction, "max_new_tokens": args.greedy_tokens},
+        "dtype": {"labels_and_training": args.dtype, "saved_and_eval": args.eval_dtype},
+        "train": {**asdict(config), "steps": state.step, "seconds": round(state.seconds, 1),
+                  "stopped_by": state.stopped_by, "losses": [round(x, 5) for x in state.losses]},
+        "agreement": agreement_report,
+        "caches": cache_keys,  # the keys of OUT/work's label and middle files: `bench distill` reads them
+        "command": " ".join(["codespec", *sys.argv[1:]]) if sys.argv[0].endswith("codespec") else None,
+    }
+    (args.out / REPORT).write_text(json.dumps(report, indent=1))
+
+
+def _distill_head(args: argparse.Namespace, accelerator, target, draft, split: tuple, train_examples: list,
+                  held_examples: list, train_labels: list, held_labels: list, cut: dict, cache_keys: dict,
+                  started: float, budget_s: float | None, label_s: float) -> int:
+    """--method eagle: a new head trained on the target's features (the draft model only wrote on-policy
+    middles, and is what the head's held-out agreement is compared with)."""
+    import torch
+
+    from codespec.distill import data, train
+    from codespec.distill.head import draft_agreement, head_agreement
+    from codespec.eagle import EagleHead, save_head
+    from codespec.models import resolve_device, resolve_dtype
+
+    autocast = None if args.dtype == "fp32" else str(resolve_dtype(args.dtype, resolve_device(str(
+        next(target.model.parameters()).device)))).removeprefix("torch.")
+    base = draft_agreement(draft.model, held_examples, held_labels) if held_examples else None
+    del draft
+    gc.collect()
+    head = EagleHead.for_target(target.model, seed=args.seed)
+    before = head_agreement(head, held_examples, held_labels, autocast=autocast) if held_examples else None
+    train_deadline = None
+    if budget_s is not None:
+        train_deadline = started + budget_s - min(SAVE_RESERVE_S, 0.05 * budget_s)
+    config = train.TrainConfig(method="eagle", autocast=autocast, seed=args.seed,
+                               lr=args.lr if args.lr is not None else DEFAULT_LR["eagle"], ce_weight=args.ce_weight,
+                               batch_examples=args.batch, epochs=args.epochs, max_steps=args.max_steps,
+                               max_minutes=args.train_minutes, checkpoint_every=args.checkpoint_every)
+    torch.manual_seed(args.seed)
+    trained, state = train.train_draft(
+        head, train_examples, train_labels, config, args.out / "work" / "checkpoint.pt",
+        data_key=data.fingerprint(train_examples), progress=not args.quiet, accelerator=accelerator,
+        out_of_time=(lambda: time.monotonic() >= train_deadline) if train_deadline is not None else None)
+    if not accelerator.is_main_process:
+        return 0
+    after = head_agreement(trained, held_examples, held_labels, autocast=autocast) if held_examples else None
+    eval_dtype = resolve_dtype(args.eval_dtype, next(target.model.parameters()).device)
+    save_head(trained, args.out, target=args.target, dtype=eval_dtype, tokenizer=target.tokenizer)
+    _write_report(args, split, train_examples, held_examples, label_s, cut, started, config, state,
+                  {"base_draft": base, "before": before, "after": after}, cache_keys)
+    _say(f"trained {state.step} steps in {state.seconds / 60:.1f} min (stopped by {state.stopped_by}); "
+         f"loss {_first_last(state.losses)}; saved the EAGLE head to {args.out}")
+    if base and after:
+        _say(f"held-out teacher-forced agreement with the target's argmax: draft model {base['agreement']:.1%}; "
+             f"EAGLE head {after['agreement']:.1%} from the target's feature, "
+             f"{after['agreement_own_feature']:.1%} from its own")
+    del trained, target
+    gc.collect()
+    if args.eval:
+        evaluate_dir(args.out, target_spec=args.target, base_spec=args.draft, device=str(accelerator.device)
+                     if accelerator.num_processes > 1 else args.device, dtype=args.eval_dtype,
+                     prompts=args.eval_prompts, max_new_tokens=args.eval_max_tokens, progress=not args.quiet,
+                     prefix_tokens=args.eval_prefix_tokens, agreement_report=None)
+    return 0
+
+
 def _labelled_examples(args: argparse.Namespace, device: str, work: Path, *, fresh: bool,
                        deadlines: tuple[float, float] | None) -> tuple:
     """Both models, the split, the examples (with the models' middles) and the target's labels, and which
@@ -230,7 +296,8 @@ def _labelled_examples(args: argparse.Namespace, device: str, work: Path, *, fre
 
     progress = not args.quiet
     if fresh:
-        for stale in ("labels-train.pt", "labels-heldout.pt", "checkpoint.pt", *[f"{name}-{split}.pt" for name in
+        for stale in ("labels-train.pt", "labels-heldout.pt", "features-train.pt", "features-heldout.pt",
+                      "checkpoint.pt", *[f"{name}-{split}.pt" for name in
                       MIDDLE_FILES for split in ("train", "heldout")]):
             (work / stale).unlink(missing_ok=True)
     files = data.collect_files(args.repo)
@@ -293,7 +360,11 @@ def _prepared_split(models: dict, examples: list, args: argparse.Namespace, seed
     middle_files = {name: teacher.continuation_cache(work / f"{name}-{split}.pt", _run_name(spec, args),
                                                      args.greedy_tokens, target.stop_ids)
                     for name, (_, spec) in models.items() if choices.get(name)}
-    label_file = teacher.label_cache(work / f"labels-{split}.pt", args.top_k, _run_name(target_spec, args))
+    # What the target labels: its top-k at the trained positions, or (--method eagle) its features everywhere.
+    if args.method == "eagle":
+        label_file = teacher.feature_cache(work / f"features-{split}.pt", _run_name(target_spec, args))
+    else:
+        label_file = teacher.label_cache(work / f"labels-{split}.pt", args.top_k, _run_name(target_spec, args))
     ready: list = []
     labels: list = []
     bar = tqdm(total=sum(len(e.ids) for e in examples), desc=f"data ({split})", unit="tok",
@@ -316,9 +387,14 @@ def _prepared_split(models: dict, examples: list, args: argparse.Namespace, seed
             complete = min([complete, *(i for i, m in zip(mine, middles, strict=True) if m is None)])
             chunk = data.with_middles(chunk, [i for i, _ in done], [m for _, m in done], MIDDLE_FILES[name])
         chunk = chunk[:complete]
-        chunk_labels = teacher.label_examples(
-            target.model, chunk, args.top_k, label_file, model_name=_run_name(target_spec, args),
-            desc=f"target labels ({split})", progress=progress, leave=False, out_of_time=out_of_time)
+        if args.method == "eagle":
+            chunk_labels = teacher.feature_examples(
+                target.model, chunk, label_file, model_name=_run_name(target_spec, args),
+                desc=f"target features ({split})", progress=progress, leave=False, out_of_time=out_of_time)
+        else:
+            chunk_labels = teacher.label_examples(
+                target.model, chunk, args.top_k, label_file, model_name=_run_name(target_spec, args),
+                desc=f"target labels ({split})", progress=progress, leave=False, out_of_time=out_of_time)
         ready.extend(chunk[: len(chunk_labels)])
         labels.extend(chunk_labels)
         bar.update(sum(len(e.ids) for e in planned))
@@ -335,7 +411,7 @@ def _prepared_split(models: dict, examples: list, args: argparse.Namespace, seed
 MIDDLE_FILES = {"greedy": "fim-greedy", "onpolicy": "fim-draft"}
 # Examples generated and labelled together: the granularity at which a deadline cuts the data.
 CHUNK_EXAMPLES = 64
-DEFAULT_LR = {"lora": 3e-4, "full": 5e-6}
+DEFAULT_LR = {"lora": 3e-4, "full": 5e-6, "eagle": 3e-4}
 # Kept from --max-minutes for merging and saving the draft (besides the held-out agreement after training).
 SAVE_RESERVE_S = 30.0
 
@@ -372,7 +448,9 @@ def _cache_keys(args: argparse.Namespace, stop_ids: list[int]) -> dict:
     from codespec.distill import teacher
 
     specs = {"greedy": args.target, "onpolicy": args.draft}
-    return {"labels": teacher.labels_key(args.top_k, _run_name(args.target, args)),
+    labels = (teacher.features_key(_run_name(args.target, args)) if args.method == "eagle"
+              else teacher.labels_key(args.top_k, _run_name(args.target, args)))
+    return {"labels": labels,
             **{name: teacher.continuations_key(_run_name(spec, args), args.greedy_tokens, stop_ids)
                for name, spec in specs.items()}}
 
@@ -466,6 +544,8 @@ def _agreement_from_saved(out: Path, meta: dict, held: list, tokenizer, base, di
     from codespec.distill import data, teacher
     from codespec.distill.evaluate import agreement
 
+    if meta.get("method") == "eagle":
+        return None  # its held-out agreement is in distill.json (measured on the target's features)
     config = data.ExampleConfig(**meta["example_config"])
     examples = data.build_examples(held, tokenizer, config, seed=meta["seed"] + 1, max_positions=meta.get("max_eval_tokens"))
     # A run cut short by --max-minutes used only the first of them.

@@ -76,14 +76,13 @@ def speculative_eval(target, drafts: dict[str, object], prompts: Sequence[EvalPr
     from tqdm import tqdm
 
     from codespec.engine import Engine
-    from codespec.proposers import DraftModelProposer
 
     names = list(drafts)
     engine = Engine(target, drafts[names[0]], drafting="model",
                     stop_token_ids=getattr(target, "stop_ids", None) or None)
     # One engine, drafters swapped per run: the target's KV cache for the prompt is then reused by every
     # run of the same prompt (only the first run pays the prefill).
-    drafters = {name: DraftModelProposer(draft.model) for name, draft in drafts.items()}
+    drafters = {name: engine.drafter_for(draft) for name, draft in drafts.items()}
     totals = {name: {"drafted": 0, "accepted": 0, "new_tokens": 0, "target_forwards": 0, "decode_s": 0.0,
                      "divergences": 0} for name in ["plain", *names]}
     runs = []

@@ -43,12 +43,49 @@ def label_examples(model: torch.nn.Module, examples: Sequence[Example], top_k: i
     read once and written every `save_every_s`, not once per call; the caller saves it at the end).
     `out_of_time` is asked before each example still to label; once it says yes, the labels of the examples
     before that one are returned (a prefix of `examples`, possibly empty)."""
-    from tqdm import tqdm
-
     owned = not isinstance(path, CacheFile)
     cache = label_cache(path, top_k, model_name) if owned else path
     if cache.key != labels_key(top_k, model_name):
         raise ValueError(f"{cache.path}: opened for {cache.key}, not for top-{top_k} labels of {model_name!r}")
+    return _fill_cache(cache, examples, lambda example: label_example(model, example, top_k), owned=owned,
+                       desc=desc, progress=progress, save_every_s=save_every_s, out_of_time=out_of_time, leave=leave)
+
+
+@dataclass
+class FeatureLabels:
+    """What an EAGLE head learns from, at every position of one example: the target's last hidden state
+    (the feature its LM head reads) and its argmax next token."""
+
+    features: torch.Tensor  # [len(ids), hidden] bfloat16
+    argmax: torch.Tensor  # [len(ids)] int32
+
+
+@torch.inference_mode()
+def feature_example(model: torch.nn.Module, example: Example) -> FeatureLabels:
+    device = next(model.parameters()).device
+    hidden = model.base_model(input_ids=torch.tensor([example.ids], device=device)).last_hidden_state[0]
+    argmax = model.get_output_embeddings()(hidden).argmax(-1)
+    return FeatureLabels(features=hidden.to("cpu", torch.bfloat16), argmax=argmax.to("cpu", torch.int32))
+
+
+def feature_examples(model: torch.nn.Module, examples: Sequence[Example], path: Path | CacheFile, *,
+                     model_name: str = "", desc: str = "target features", progress: bool = True,
+                     save_every_s: float = 60.0, out_of_time: Callable[[], bool] | None = None,
+                     leave: bool = True) -> list[FeatureLabels]:
+    """As `label_examples`, for the target's features (`--method eagle`); `path` from `feature_cache`."""
+    owned = not isinstance(path, CacheFile)
+    cache = feature_cache(path, model_name) if owned else path
+    if cache.key != features_key(model_name):
+        raise ValueError(f"{cache.path}: opened for {cache.key}, not for the features of {model_name!r}")
+    return _fill_cache(cache, examples, lambda example: feature_example(model, example), owned=owned, desc=desc,
+                       progress=progress, save_every_s=save_every_s, out_of_time=out_of_time, leave=leave)
+
+
+def _fill_cache(cache: CacheFile, examples: Sequence[Example], compute: Callable[[Example], object], *, owned: bool,
+                desc: str, progress: bool, save_every_s: float, out_of_time: Callable[[], bool] | None,
+                leave: bool) -> list:
+    from tqdm import tqdm
+
     digests = [example_digest(e) for e in examples]
     todo = [(d, e) for d, e in zip(digests, examples, strict=True) if d not in cache.entries]
     # Counted in tokens through the target (its cost), not in labelled positions: the ETA is then right.
@@ -58,18 +95,26 @@ def label_examples(model: torch.nn.Module, examples: Sequence[Example], top_k: i
     for digest, example in todo:
         if out_of_time is not None and out_of_time():
             break
-        cache.put(digest, label_example(model, example, top_k))
+        cache.put(digest, compute(example))
         bar.update(len(example.ids))
         cache.save_if_due(save_every_s)
     bar.close()
     if owned:
         cache.save()
-    labelled = []
+    done = []
     for digest in digests:
         if digest not in cache.entries:
             break
-        labelled.append(cache.entries[digest])
-    return labelled
+        done.append(cache.entries[digest])
+    return done
+
+
+def feature_cache(path: Path, model_name: str = "") -> CacheFile:
+    return CacheFile(path, features_key(model_name), "by_example")
+
+
+def features_key(model_name: str = "") -> dict:
+    return {"features": "last_hidden_state+argmax", "model": model_name}
 
 
 def label_cache(path: Path, top_k: int, model_name: str = "") -> CacheFile:

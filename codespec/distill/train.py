@@ -1,6 +1,7 @@
 """Distillation of the draft: minimise KL(target || draft) on the target's top-k labels (plus an optional
 cross-entropy on the target's argmax, the token greedy verification accepts), by LoRA adapters merged at
-the end (`lora`) or by training every weight but the token embedding (`full`).
+the end (`lora`) or by training every weight but the token embedding (`full`); or an EAGLE head on the
+target's features (`eagle`, codespec/distill/head.py).
 
 Distribution is `accelerate`'s: run as `accelerate launch -m codespec.cli distill ...`, every process takes
 its share of each batch's examples and DDP sums the gradients; one process (CPU, one GPU) needs nothing
@@ -20,11 +21,12 @@ from pathlib import Path
 import torch
 
 from codespec.distill.data import Example
+from codespec.distill.head import head_loss, head_positions
 from codespec.distill.teacher import Labels, save_atomic
 from codespec.errors import CodespecError
 
 LORA_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-METHODS = ("lora", "full")
+METHODS = ("lora", "full", "eagle")
 
 
 @dataclass
@@ -119,6 +121,8 @@ def trainable(model: torch.nn.Module, config: TrainConfig) -> torch.nn.Module:
         return add_lora(model, config)
     if config.method == "full":
         return unfreeze_all_but_embeddings(model)
+    if config.method == "eagle":
+        return model.requires_grad_(True)  # the head's own weights; the target's embedding is not its own
     raise CodespecError(f"unknown distillation method {config.method!r}; use one of {', '.join(METHODS)}")
 
 
@@ -221,7 +225,10 @@ def _train_step(model, optimizer, examples, labels, config: TrainConfig, state: 
         epoch, index = divmod(state.examples_seen, len(examples))
         batch.append(example_order(len(examples), config.seed, epoch)[index])
         state.examples_seen += 1
-    weights = {i: position_weights(examples[i], labels[i], config) for i in batch}
+    if config.method == "eagle":  # every pair of both passes weighs 1
+        weights = {i: torch.ones(head_positions(len(examples[i].ids))) for i in batch}
+    else:
+        weights = {i: position_weights(examples[i], labels[i], config) for i in batch}
     positions = float(sum(weights[i].sum() for i in batch))  # an example may come twice across an epoch's end
     lr_scale = min(1.0, (state.step + 1) / max(1, config.warmup_steps))
     for group in optimizer.param_groups:
@@ -239,8 +246,10 @@ def _train_step(model, optimizer, examples, labels, config: TrainConfig, state: 
         with sync:
             # Weighted sum over positions / weighted positions of the whole batch (all weigh 1 by default).
             with compute:
-                logits = draft_logits(model, examples[i])
-            per_position = distill_loss(logits, labels[i], config.ce_weight)
+                if config.method == "eagle":
+                    per_position = head_loss(model, examples[i], labels[i], config.ce_weight)
+                else:
+                    per_position = distill_loss(draft_logits(model, examples[i]), labels[i], config.ce_weight)
             loss = (weights[i].to(per_position.device) * per_position).sum() / positions
             accelerator.backward(loss * scale)
         total += loss.detach()
@@ -294,6 +303,8 @@ def save_draft(model, tokenizer, out: Path, config: TrainConfig, dtype: torch.dt
     """The trained draft as a plain HF directory in `dtype` (what `--draft-model DIR` and the server load)."""
     if config.method == "lora":
         return save_merged(model, tokenizer, out, base=base)
+    if config.method == "eagle":
+        raise CodespecError("an EAGLE head is saved by codespec.eagle.save_head")
     out.mkdir(parents=True, exist_ok=True)
     model = model.to(dtype)
     model.save_pretrained(str(out), safe_serialization=True)

@@ -1,0 +1,210 @@
+"""An EAGLE-style draft head: one decoder layer that reads the target's last hidden state at position j (its
+"feature", what its LM head turns into the next-token distribution) together with the embedding of token
+j+1, and predicts the target's feature at j+1, which the target's own LM head decodes into a draft token.
+The next draft step feeds that predicted feature back in. Drafting then costs one layer (plus the LM head)
+per token instead of a whole small model, and the target's features come with every verify forward.
+
+The head owns only its layer, its input projection and its final norm; the token embedding and the LM head
+are the target's (`attach`), so a saved head is small and is only valid with the target it was trained on."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from torch import nn
+from transformers import DynamicCache
+
+from codespec.errors import CodespecError
+from codespec.proposers import Draft, DraftModelConfig, common_prefix_len, rollback_cache
+from codespec.sampling import Sampler
+
+EAGLE_FILE = "eagle.json"
+EAGLE_WEIGHTS = "eagle.safetensors"
+FORMAT_VERSION = 1
+
+
+def head_config(target_config):
+    """The target's architecture with one decoder layer and no vocabulary of its own."""
+    from transformers import AutoConfig
+
+    values = target_config.to_dict()
+    model_type = values.pop("model_type")
+    values.update(num_hidden_layers=1, vocab_size=1, pad_token_id=None, bos_token_id=None, eos_token_id=None,
+                  tie_word_embeddings=False)
+    if values.get("layer_types"):
+        values["layer_types"] = values["layer_types"][-1:]
+    return AutoConfig.for_model(model_type, **values)
+
+
+class EagleHead(nn.Module):
+    def __init__(self, config, target_vocab_size: int) -> None:
+        from transformers import AutoModel
+
+        super().__init__()
+        self.config = config
+        self.target_vocab_size = target_vocab_size
+        hidden = config.hidden_size
+        self.fc = nn.Linear(2 * hidden, hidden, bias=True)
+        self.trunk = AutoModel.from_config(config)  # one layer, rotary positions, causal mask, final norm
+        self._embed: nn.Module | None = None
+        self._lm_head: nn.Module | None = None
+
+    @classmethod
+    def for_target(cls, target: nn.Module, seed: int = 0) -> EagleHead:
+        """A fresh head for `target`, its final norm started from the target's (the features it predicts
+        are that norm's output)."""
+        torch.manual_seed(seed)
+        head = cls(head_config(target.config), target.config.vocab_size)
+        target_norm = getattr(target.base_model, "norm", None)
+        if target_norm is not None and hasattr(head.trunk, "norm"):
+            head.trunk.norm.load_state_dict(target_norm.state_dict())
+        param = next(target.parameters())
+        return head.to(device=param.device, dtype=torch.float32).attach(target)
+
+    def attach(self, target: nn.Module) -> EagleHead:
+        """Use `target`'s token embedding and LM head (kept outside the module: never trained, never saved)."""
+        if target.config.vocab_size != self.target_vocab_size or target.config.hidden_size != self.config.hidden_size:
+            raise CodespecError("this EAGLE head was trained for another target model (vocabulary or width differ)")
+        object.__setattr__(self, "_embed", target.get_input_embeddings())
+        object.__setattr__(self, "_lm_head", target.get_output_embeddings())
+        return self
+
+    def forward(self, features: torch.Tensor, next_ids: torch.Tensor,
+                past_key_values: DynamicCache | None = None) -> torch.Tensor:
+        """features [B, T, H] at positions j, next_ids [B, T] the tokens at j+1 -> predicted features at j+1."""
+        if self._embed is None:
+            raise CodespecError("EagleHead.attach(target) first: the head uses the target's embedding")
+        dtype = self.fc.weight.dtype
+        x = self.fc(torch.cat([self._embed(next_ids).to(dtype), features.to(dtype)], dim=-1))
+        return self.trunk(inputs_embeds=x, past_key_values=past_key_values,
+                          use_cache=past_key_values is not None).last_hidden_state
+
+    def logits(self, features: torch.Tensor) -> torch.Tensor:
+        return self._lm_head(features.to(self._lm_head.weight.dtype))
+
+
+def is_eagle_dir(path: Path) -> bool:
+    return (Path(path) / EAGLE_FILE).is_file()
+
+
+def save_head(head: EagleHead, out: Path, *, target: str, dtype: torch.dtype, tokenizer=None) -> None:
+    """OUT/eagle.json (what it is, for which target) + OUT/eagle.safetensors (+ the tokenizer, so that the
+    directory names its vocabulary like any draft)."""
+    from safetensors.torch import save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    weights = {name: p.detach().to("cpu", dtype).contiguous() for name, p in head.state_dict().items()}
+    save_file(weights, str(out / EAGLE_WEIGHTS))
+    (out / EAGLE_FILE).write_text(json.dumps({
+        "format": FORMAT_VERSION, "kind": "eagle-head", "target": target,
+        "target_vocab_size": head.target_vocab_size, "config": head.config.to_dict()}, indent=1))
+    if tokenizer is not None:
+        tokenizer.save_pretrained(str(out))
+
+
+def load_head(path: Path, device: torch.device, dtype: torch.dtype) -> EagleHead:
+    from safetensors.torch import load_file
+    from transformers import AutoConfig
+
+    meta = json.loads((Path(path) / EAGLE_FILE).read_text())
+    if meta.get("format") != FORMAT_VERSION:
+        raise CodespecError(f"{path}: EAGLE head format {meta.get('format')!r}, this codespec reads {FORMAT_VERSION}")
+    values = dict(meta["config"])
+    config = AutoConfig.for_model(values.pop("model_type"), **values)
+    head = EagleHead(config, meta["target_vocab_size"])
+    head.load_state_dict(load_file(str(Path(path) / EAGLE_WEIGHTS)))
+    head.trained_for = meta.get("target")
+    return head.to(device=device, dtype=dtype).eval()
+
+
+class FeatureBuffer:
+    """The target's features, one row per position its KV cache holds; grows by doubling, truncates in place."""
+
+    def __init__(self) -> None:
+        self._rows: torch.Tensor | None = None
+        self._length = 0
+
+    def __len__(self) -> int:
+        return self._length
+
+    def append(self, rows: torch.Tensor) -> None:
+        needed = self._length + rows.shape[0]
+        if self._rows is None or needed > self._rows.shape[0] or self._rows.dtype != rows.dtype:
+            grown = rows.new_empty((max(needed, 2 * (self._rows.shape[0] if self._rows is not None else 256)),
+                                    rows.shape[1]))
+            if self._rows is not None and self._length:
+                grown[: self._length] = self._rows[: self._length]
+            self._rows = grown
+        self._rows[self._length : needed] = rows
+        self._length = needed
+
+    def truncate(self, length: int) -> None:
+        self._length = min(self._length, max(0, length))
+
+    def rows(self, start: int, stop: int) -> torch.Tensor:
+        assert self._rows is not None and 0 <= start <= stop <= self._length
+        return self._rows[start:stop]
+
+
+class EagleProposer:
+    """Drafts with an EagleHead from the target's features (kept by the engine in `features`, one per cached
+    target position). The head has its own KV cache over (feature j, token j+1) pairs whose features are
+    the target's; the pairs it adds while drafting (predicted features) are dropped after each draft."""
+
+    name = "eagle"
+    uses_target_features = True
+
+    def __init__(self, head: EagleHead, features: FeatureBuffer, config: DraftModelConfig | None = None) -> None:
+        self.head = head
+        self.features = features
+        self.config = config or DraftModelConfig()
+        self.device = next(head.parameters()).device
+        self._cache: DynamicCache | None = None
+        self._cached: list[int] = []  # ids[:pairs + 1]: the tokens of the pairs in the head's cache
+        self._length = self.config.start_draft
+
+    def begin(self, prompt_ids: Sequence[int], extra_streams: Sequence[Sequence[int]]) -> None:
+        self._length = self.config.start_draft
+
+    def reset(self) -> None:
+        self._cache, self._cached = None, []
+
+    @torch.inference_mode()
+    def propose(self, ids: Sequence[int], max_tokens: int, sampler: Sampler) -> Draft | None:
+        limit = min(self._length, max_tokens)
+        pairs = len(ids) - 1  # pair j = (feature j, token j+1); the target's features cover ids[:-1]
+        if limit <= 0 or pairs < 1 or len(self.features) < pairs:
+            return None
+        try:
+            keep = min(max(common_prefix_len(self._cached, ids) - 1, 0), pairs - 1)
+            if self._cache is None:
+                self._cache, keep = DynamicCache(), 0
+            rollback_cache(self._cache, keep)
+            features = self.features.rows(keep, pairs).unsqueeze(0)
+            next_ids = torch.tensor([list(ids[keep + 1 : pairs + 1])], device=self.device)
+            self._cached = list(ids)
+            tokens: list[int] = []
+            probs: list[torch.Tensor] = []
+            while len(tokens) < limit:
+                predicted = self.head(features, next_ids, self._cache)[:, -1:]
+                token, q = sampler.draft(self.head.logits(predicted)[0, -1].float())
+                if sampler.greedy and tokens and float(q) < self.config.min_confidence:
+                    break
+                tokens.append(token)
+                if not sampler.greedy:
+                    probs.append(q)
+                features, next_ids = predicted, torch.tensor([[token]], device=self.device)
+            rollback_cache(self._cache, pairs)  # keep only the pairs with the target's own features
+        except BaseException:
+            self.reset()
+            raise
+        return Draft(tokens=tokens, probs=torch.stack(probs) if probs else None, source=self.name)
+
+    def feedback(self, drafted: int, accepted: int) -> None:
+        if drafted and accepted == drafted:
+            self._length = min(self.config.max_draft, self._length + 2)
+        else:
+            self._length = max(self.config.min_draft, self._length - 1)
