@@ -5,7 +5,10 @@ The next draft step feeds that predicted feature back in. Drafting then costs on
 per token instead of a whole small model, and the target's features come with every verify forward.
 
 The head owns only its layer, its input projection and its final norm; the token embedding and the LM head
-are the target's (`attach`), so a saved head is small and is only valid with the target it was trained on."""
+are the target's (`attach`), so a saved head is small and is only valid with the target it was trained on.
+It drafts only from its draft vocabulary, the tokens the target ever chose in the training data (a few
+thousand of Qwen's 151k): the LM head over those rows is what a draft token costs, and a token outside it
+is still produced by the target's own verification, so nothing is lost but a draft."""
 
 from __future__ import annotations
 
@@ -51,6 +54,15 @@ class EagleHead(nn.Module):
         self.trunk = AutoModel.from_config(config)  # one layer, rotary positions, causal mask, final norm
         self._embed: nn.Module | None = None
         self._lm_head: nn.Module | None = None
+        # Sorted token ids the head may draft (None: the whole vocabulary), and the LM head's rows for them.
+        self.register_buffer("draft_vocab", None)
+        self._rows: torch.Tensor | None = None
+
+    def set_draft_vocab(self, token_ids: torch.Tensor | None) -> EagleHead:
+        device = self.fc.weight.device
+        self.draft_vocab = None if token_ids is None else torch.unique(token_ids.long()).to(device)
+        self._rows = None
+        return self
 
     @classmethod
     def for_target(cls, target: nn.Module, seed: int = 0) -> EagleHead:
@@ -70,6 +82,10 @@ class EagleHead(nn.Module):
             raise CodespecError("this EAGLE head was trained for another target model (vocabulary or width differ)")
         object.__setattr__(self, "_embed", target.get_input_embeddings())
         object.__setattr__(self, "_lm_head", target.get_output_embeddings())
+        # Gradients flow through them to the head, never into them.
+        self._embed.weight.requires_grad_(False)
+        self._lm_head.weight.requires_grad_(False)
+        self._rows = None
         return self
 
     def forward(self, features: torch.Tensor, next_ids: torch.Tensor,
@@ -82,8 +98,32 @@ class EagleHead(nn.Module):
         return self.trunk(inputs_embeds=x, past_key_values=past_key_values,
                           use_cache=past_key_values is not None).last_hidden_state
 
+    def vocab_logits(self, features: torch.Tensor) -> torch.Tensor:
+        """Logits over the draft vocabulary only (index i is token draft_vocab[i])."""
+        weight = self._lm_head.weight
+        if self.draft_vocab is None:
+            return self._lm_head(features.to(weight.dtype))
+        if self._rows is None or self._rows.device != weight.device or self._rows.dtype != weight.dtype:
+            # Gathered once (the target's weights never change; `attach` freezes them), as a normal tensor
+            # even under inference mode, so that training after an evaluation can use it.
+            with torch.inference_mode(False), torch.no_grad():
+                self._rows = weight.detach()[self.draft_vocab.to(weight.device)]
+        return features.to(weight.dtype) @ self._rows.T
+
+    def vocab_index(self, token_ids: torch.Tensor) -> torch.Tensor:
+        """Each token's index in the draft vocabulary, -100 (cross-entropy's ignore index) where it has none."""
+        if self.draft_vocab is None:
+            return token_ids
+        position = torch.searchsorted(self.draft_vocab, token_ids).clamp_max(len(self.draft_vocab) - 1)
+        return torch.where(self.draft_vocab[position] == token_ids, position, torch.full_like(position, -100))
+
     def logits(self, features: torch.Tensor) -> torch.Tensor:
-        return self._lm_head(features.to(self._lm_head.weight.dtype))
+        """Logits over the whole vocabulary, -inf outside the draft vocabulary."""
+        logits = self.vocab_logits(features)
+        if self.draft_vocab is None:
+            return logits
+        full = logits.new_full((*logits.shape[:-1], self.target_vocab_size), float("-inf"))
+        return full.index_copy_(-1, self.draft_vocab.to(logits.device), logits)
 
 
 def is_eagle_dir(path: Path) -> bool:
@@ -96,7 +136,8 @@ def save_head(head: EagleHead, out: Path, *, target: str, dtype: torch.dtype, to
     from safetensors.torch import save_file
 
     out.mkdir(parents=True, exist_ok=True)
-    weights = {name: p.detach().to("cpu", dtype).contiguous() for name, p in head.state_dict().items()}
+    weights = {name: p.detach().to("cpu", dtype if p.is_floating_point() else p.dtype).contiguous()
+               for name, p in head.state_dict().items()}
     save_file(weights, str(out / EAGLE_WEIGHTS))
     (out / EAGLE_FILE).write_text(json.dumps({
         "format": FORMAT_VERSION, "kind": "eagle-head", "target": target,
@@ -115,7 +156,9 @@ def load_head(path: Path, device: torch.device, dtype: torch.dtype) -> EagleHead
     values = dict(meta["config"])
     config = AutoConfig.for_model(values.pop("model_type"), **values)
     head = EagleHead(config, meta["target_vocab_size"])
-    head.load_state_dict(load_file(str(Path(path) / EAGLE_WEIGHTS)))
+    weights = load_file(str(Path(path) / EAGLE_WEIGHTS))
+    head.set_draft_vocab(weights.get("draft_vocab"))  # sized before loading: the buffer may be absent
+    head.load_state_dict(weights, strict=True)
     head.trained_for = meta.get("target")
     return head.to(device=device, dtype=dtype).eval()
 

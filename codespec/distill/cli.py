@@ -249,7 +249,9 @@ def _distill_head(args: argparse.Namespace, accelerator, target, draft, split: t
     base = draft_agreement(draft.model, held_examples, held_labels) if held_examples else None
     del draft
     gc.collect()
-    head = EagleHead.for_target(target.model, seed=args.seed)
+    # It drafts only the tokens the target chose somewhere in the training data (see codespec/eagle.py).
+    head = EagleHead.for_target(target.model, seed=args.seed).set_draft_vocab(
+        torch.cat([label.argmax for label in train_labels]))
     before = head_agreement(head, held_examples, held_labels, autocast=autocast) if held_examples else None
     train_deadline = None
     if budget_s is not None:
@@ -269,7 +271,8 @@ def _distill_head(args: argparse.Namespace, accelerator, target, draft, split: t
     eval_dtype = resolve_dtype(args.eval_dtype, next(target.model.parameters()).device)
     save_head(trained, args.out, target=args.target, dtype=eval_dtype, tokenizer=target.tokenizer)
     _write_report(args, split, train_examples, held_examples, label_s, cut, started, config, state,
-                  {"base_draft": base, "before": before, "after": after}, cache_keys)
+                  {"base_draft": base, "before": before, "after": after,
+                   "draft_vocab": len(trained.draft_vocab)}, cache_keys)
     _say(f"trained {state.step} steps in {state.seconds / 60:.1f} min (stopped by {state.stopped_by}); "
          f"loss {_first_last(state.losses)}; saved the EAGLE head to {args.out}")
     if base and after:

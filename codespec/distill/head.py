@@ -46,7 +46,8 @@ def head_positions(length: int) -> int:
 def _step_loss(head, predicted: torch.Tensor, features: torch.Tensor, argmax: torch.Tensor,
                ce_weight: float) -> torch.Tensor:
     regression = F.smooth_l1_loss(predicted[0].float(), features[0], reduction="none").mean(-1)
-    ce = F.cross_entropy(head.logits(predicted[0]).float(), argmax, reduction="none")
+    # Over the draft vocabulary: the target's choices outside it cannot be drafted, and weigh nothing.
+    ce = F.cross_entropy(head.vocab_logits(predicted[0]).float(), head.vocab_index(argmax), reduction="none")
     return regression + ce_weight * ce
 
 
