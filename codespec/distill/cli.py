@@ -522,7 +522,8 @@ def evaluate_dir(out: Path, *, target_spec: str, base_spec: str, device: str, dt
     spec = speculative_eval(target, {"base": base, "distilled": distilled}, chosen, max_new_tokens,
                             progress=progress)
     report = {"target": target_spec, "base_draft": base_spec, "distilled": str(out),
-              "heldout_files": meta["heldout_files"], "agreement": agreement_report, "speculative": spec}
+              "heldout_files": meta["heldout_files"], "prefix_tokens": prefix_tokens, "agreement": agreement_report,
+              "speculative": spec}
     (out / EVAL_REPORT).write_text(json.dumps(report, indent=1))
     plot(report, out / EVAL_PLOT)
     print(markdown(report))

@@ -32,11 +32,13 @@ def main() -> None:
     for pair in args.pairs:
         run, draft_dir = map(Path, pair.split(":"))
         meta = json.loads((run / "distill.json").read_text())
-        spec = json.loads((run / "distill-eval.json").read_text())["speculative"]
+        bench = json.loads((run / "distill-eval.json").read_text())
+        spec = bench["speculative"]
         if meta["target"] not in targets:
             targets[meta["target"]] = load_model(meta["target"])
         target = targets[meta["target"]]
-        prompts = eval_prompts(heldout_files(meta), target.tokenizer, spec["prompts"], meta["seed"])
+        prompts = eval_prompts(heldout_files(meta), target.tokenizer, spec["prompts"], meta["seed"],
+                               prefix_tokens=bench.get("prefix_tokens", 256))
         assert [p.name for p in prompts] == [r["prompt"] for r in spec["runs"]], "not the bench's prompts"
         new = speculative_eval(target, {"cross": load_model(str(draft_dir))}, prompts, spec["max_new_tokens"])
         rows = []

@@ -31,7 +31,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     reports = {d.name: json.loads((d / "distill-eval.json").read_text()) for d in args.drafts}
     meta = json.loads((args.drafts[0] / "distill.json").read_text())
-    first = next(iter(reports.values()))["speculative"]
+    bench = next(iter(reports.values()))
+    first = bench["speculative"]
     done, max_new = first["prompts"], first["max_new_tokens"]
     for name, report in reports.items():
         spec = report["speculative"]
@@ -40,7 +41,8 @@ def main() -> None:
     target = load_model(meta["target"], dtype=args.dtype)
     drafts = {"base": load_model(meta["draft"], dtype=args.dtype)}
     drafts.update({d.name: load_model(str(d), dtype=args.dtype) for d in args.drafts})
-    prompts = eval_prompts(heldout_files(meta), target.tokenizer, args.total, meta["seed"])
+    prompts = eval_prompts(heldout_files(meta), target.tokenizer, args.total, meta["seed"],
+                           prefix_tokens=bench.get("prefix_tokens", 256))
     names = [r["prompt"] for r in first["runs"]]
     assert [p.name for p in prompts[:done]] == names, "the prompt list is not the one the bench used"
     new = speculative_eval(target, drafts, prompts[done:], max_new)

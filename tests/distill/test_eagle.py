@@ -160,3 +160,29 @@ def test_feature_buffer_grows_and_truncates():
     buffer.truncate(10)
     buffer.append(rows[:2])
     assert len(buffer) == 12 and torch.equal(buffer.rows(10, 12), rows[:2])
+
+
+def test_the_head_drafts_only_from_its_draft_vocabulary(trained):
+    report = json.loads((trained / "distill.json").read_text())
+    head = load_head(trained, torch.device("cpu"), torch.float32).attach(tiny_model(0))
+    vocab = head.draft_vocab
+    assert len(vocab) == report["agreement"]["draft_vocab"] < head.target_vocab_size
+    assert torch.equal(vocab, torch.unique(vocab))  # sorted, no repeats
+    logits = head.logits(torch.randn(3, head.config.hidden_size))
+    outside = torch.ones(head.target_vocab_size, dtype=torch.bool)
+    outside[vocab] = False
+    assert torch.isinf(logits[:, outside]).all() and torch.isfinite(logits[:, vocab]).all()
+    assert torch.equal(head.vocab_index(vocab[[0, -1]]), torch.tensor([0, len(vocab) - 1]))
+    missing = int(outside.nonzero()[0])
+    assert int(head.vocab_index(torch.tensor([missing]))) == -100  # ignored by the cross-entropy
+
+
+def test_bench_distill_measures_a_head_against_the_base_draft(trained, capsys):
+    capsys.readouterr()
+    assert main(["bench", "distill", "--draft-model", str(trained), "--target", "tiny:0", "--eval-prompts", "2",
+                 "--eval-max-tokens", "12", "--quiet"]) == 0
+    assert "| distilled |" in capsys.readouterr().out
+    evaluation = json.loads((trained / "distill-eval.json").read_text())
+    summary = evaluation["speculative"]["summary"]
+    assert summary["base"]["divergences"] == summary["distilled"]["divergences"] == 0
+    assert summary["distilled"]["acceptance_rate"] > 0 and evaluation["prefix_tokens"] == 256
