@@ -417,7 +417,7 @@ def test_a_deadline_keeps_a_prefix_of_the_examples_and_a_rerun_completes_them(re
     monkeypatch.setattr(cli, "CHUNK_EXAMPLES", 4)  # several chunks from the tiny repository
     target, draft = load_model("tiny:0"), load_model("tiny:1")
     models = {"greedy": (target, "tiny:0"), "onpolicy": (draft, "tiny:1")}
-    args = argparse.Namespace(greedy_fraction=0.25, onpolicy_fraction=0.25, greedy_tokens=6, greedy_batch=1,
+    args = argparse.Namespace(method="lora", greedy_fraction=0.25, onpolicy_fraction=0.25, greedy_tokens=6, greedy_batch=1,
                               top_k=8, quiet=True, dtype="fp32")
     examples = data.build_examples(data.collect_files(repo), target.tokenizer, data.ExampleConfig(seq_len=64), seed=0)
     assert len(examples) > 8
@@ -451,7 +451,7 @@ def test_the_data_phase_reads_each_cache_file_once_and_writes_the_labels_once(re
     monkeypatch.setattr(teacher, "save_atomic", lambda path, payload: writes.update([path.name]) or save(path, payload))
     target, draft = load_model("tiny:0"), load_model("tiny:1")
     models = {"greedy": (target, "tiny:0"), "onpolicy": (draft, "tiny:1")}
-    args = argparse.Namespace(greedy_fraction=0.25, onpolicy_fraction=0.25, greedy_tokens=6, greedy_batch=1,
+    args = argparse.Namespace(method="lora", greedy_fraction=0.25, onpolicy_fraction=0.25, greedy_tokens=6, greedy_batch=1,
                               top_k=8, quiet=True, dtype="fp32")
     examples = data.build_examples(data.collect_files(repo), target.tokenizer, data.ExampleConfig(seq_len=64), seed=0)
     ready, labels = cli._prepared_split(models, examples, args, 0, tmp_path, "train", None)
