@@ -549,7 +549,11 @@ def _agreement_from_saved(out: Path, meta: dict, held: list, tokenizer, base, di
     from codespec.distill.evaluate import agreement
 
     if meta.get("method") == "eagle":
-        return None  # its held-out agreement is in distill.json (measured on the target's features)
+        # Measured by the run on the target's features (not kept after it), the base draft on the same positions.
+        agreement_report = meta.get("agreement") or {}
+        if not agreement_report.get("after"):
+            return None
+        return {"base": agreement_report.get("base_draft"), "distilled": agreement_report["after"]}
     config = data.ExampleConfig(**meta["example_config"])
     examples = data.build_examples(held, tokenizer, config, seed=meta["seed"] + 1, max_positions=meta.get("max_eval_tokens"))
     # A run cut short by --max-minutes used only the first of them.

@@ -181,8 +181,10 @@ def test_bench_distill_measures_a_head_against_the_base_draft(trained, capsys):
     capsys.readouterr()
     assert main(["bench", "distill", "--draft-model", str(trained), "--target", "tiny:0", "--eval-prompts", "2",
                  "--eval-max-tokens", "12", "--quiet"]) == 0
-    assert "| distilled |" in capsys.readouterr().out
+    table = capsys.readouterr().out
     evaluation = json.loads((trained / "distill-eval.json").read_text())
+    after = evaluation["agreement"]["distilled"]["agreement"]
+    assert f"| distilled | {after:.1%} |" in table  # the head's held-out agreement, from the run's report
     summary = evaluation["speculative"]["summary"]
     assert summary["base"]["divergences"] == summary["distilled"]["divergences"] == 0
     assert summary["distilled"]["acceptance_rate"] > 0 and evaluation["prefix_tokens"] == 256
