@@ -159,7 +159,6 @@ def load_head(path: Path, device: torch.device, dtype: torch.dtype) -> EagleHead
     weights = load_file(str(Path(path) / EAGLE_WEIGHTS))
     head.set_draft_vocab(weights.get("draft_vocab"))  # sized before loading: the buffer may be absent
     head.load_state_dict(weights, strict=True)
-    head.trained_for = meta.get("target")
     return head.to(device=device, dtype=dtype).eval()
 
 

@@ -9,6 +9,7 @@ import json
 import sys
 import time
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -149,8 +150,8 @@ def run_distill(args: argparse.Namespace) -> int:
         return 0
     cache_keys = _cache_keys(args, target.stop_ids)
     if args.method == "eagle":
-        return _distill_head(args, accelerator, target, draft, split, train_examples, held_examples, train_labels,
-                             held_labels, cut, cache_keys, started, budget_s, label_s)
+        return _distill_head(args, accelerator, device, target, draft, split, train_examples, held_examples,
+                             train_labels, held_labels, cut, cache_keys, started, budget_s, label_s)
     del target  # the target and the trained draft need not share the memory
     gc.collect()
     autocast = None
@@ -232,9 +233,9 @@ def _write_report(args: argparse.Namespace, split: tuple, train_examples: list, 
     (args.out / REPORT).write_text(json.dumps(report, indent=1))
 
 
-def _distill_head(args: argparse.Namespace, accelerator, target, draft, split: tuple, train_examples: list,
-                  held_examples: list, train_labels: list, held_labels: list, cut: dict, cache_keys: dict,
-                  started: float, budget_s: float | None, label_s: float) -> int:
+def _distill_head(args: argparse.Namespace, accelerator, device: str, target, draft, split: tuple,
+                  train_examples: list, held_examples: list, train_labels: list, held_labels: list, cut: dict,
+                  cache_keys: dict, started: float, budget_s: float | None, label_s: float) -> int:
     """--method eagle: a new head trained on the target's features (the draft model only wrote on-policy
     middles, and is what the head's held-out agreement is compared with)."""
     import torch
@@ -244,8 +245,8 @@ def _distill_head(args: argparse.Namespace, accelerator, target, draft, split: t
     from codespec.eagle import EagleHead, save_head
     from codespec.models import resolve_device, resolve_dtype
 
-    autocast = None if args.dtype == "fp32" else str(resolve_dtype(args.dtype, resolve_device(str(
-        next(target.model.parameters()).device)))).removeprefix("torch.")
+    autocast = None if args.dtype == "fp32" else str(resolve_dtype(args.dtype, resolve_device(device))).removeprefix(
+        "torch.")
     base = draft_agreement(draft.model, held_examples, held_labels) if held_examples else None
     del draft
     gc.collect()
@@ -268,7 +269,7 @@ def _distill_head(args: argparse.Namespace, accelerator, target, draft, split: t
     if not accelerator.is_main_process:
         return 0
     after = head_agreement(trained, held_examples, held_labels, autocast=autocast) if held_examples else None
-    eval_dtype = resolve_dtype(args.eval_dtype, next(target.model.parameters()).device)
+    eval_dtype = resolve_dtype(args.eval_dtype, resolve_device(device))
     save_head(trained, args.out, target=args.target, dtype=eval_dtype, tokenizer=target.tokenizer)
     _write_report(args, split, train_examples, held_examples, label_s, cut, started, config, state,
                   {"base_draft": base, "before": before, "after": after,
@@ -282,8 +283,7 @@ def _distill_head(args: argparse.Namespace, accelerator, target, draft, split: t
     del trained, target
     gc.collect()
     if args.eval:
-        evaluate_dir(args.out, target_spec=args.target, base_spec=args.draft, device=str(accelerator.device)
-                     if accelerator.num_processes > 1 else args.device, dtype=args.eval_dtype,
+        evaluate_dir(args.out, target_spec=args.target, base_spec=args.draft, device=device, dtype=args.eval_dtype,
                      prompts=args.eval_prompts, max_new_tokens=args.eval_max_tokens, progress=not args.quiet,
                      prefix_tokens=args.eval_prefix_tokens, agreement_report=None)
     return 0
@@ -364,10 +364,14 @@ def _prepared_split(models: dict, examples: list, args: argparse.Namespace, seed
                                                      args.greedy_tokens, target.stop_ids)
                     for name, (_, spec) in models.items() if choices.get(name)}
     # What the target labels: its top-k at the trained positions, or (--method eagle) its features everywhere.
+    target_name = _run_name(target_spec, args)
     if args.method == "eagle":
-        label_file = teacher.feature_cache(work / f"features-{split}.pt", _run_name(target_spec, args))
+        label_file = teacher.feature_cache(work / f"features-{split}.pt", target_name)
+        label_chunk = partial(teacher.feature_examples, target.model, path=label_file, desc=f"target features ({split})")
     else:
-        label_file = teacher.label_cache(work / f"labels-{split}.pt", args.top_k, _run_name(target_spec, args))
+        label_file = teacher.label_cache(work / f"labels-{split}.pt", args.top_k, target_name)
+        label_chunk = partial(teacher.label_examples, target.model, top_k=args.top_k, path=label_file,
+                              desc=f"target labels ({split})")
     ready: list = []
     labels: list = []
     bar = tqdm(total=sum(len(e.ids) for e in examples), desc=f"data ({split})", unit="tok",
@@ -390,14 +394,8 @@ def _prepared_split(models: dict, examples: list, args: argparse.Namespace, seed
             complete = min([complete, *(i for i, m in zip(mine, middles, strict=True) if m is None)])
             chunk = data.with_middles(chunk, [i for i, _ in done], [m for _, m in done], MIDDLE_FILES[name])
         chunk = chunk[:complete]
-        if args.method == "eagle":
-            chunk_labels = teacher.feature_examples(
-                target.model, chunk, label_file, model_name=_run_name(target_spec, args),
-                desc=f"target features ({split})", progress=progress, leave=False, out_of_time=out_of_time)
-        else:
-            chunk_labels = teacher.label_examples(
-                target.model, chunk, args.top_k, label_file, model_name=_run_name(target_spec, args),
-                desc=f"target labels ({split})", progress=progress, leave=False, out_of_time=out_of_time)
+        chunk_labels = label_chunk(chunk, model_name=target_name, progress=progress, leave=False,
+                                   out_of_time=out_of_time)
         ready.extend(chunk[: len(chunk_labels)])
         labels.extend(chunk_labels)
         bar.update(sum(len(e.ids) for e in planned))
