@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 import gc
+import hashlib
 import json
+import shutil
 import sys
 import time
 from dataclasses import asdict
@@ -44,6 +46,10 @@ def add_common_arguments(parser: argparse.ArgumentParser,
 def add_distill_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repo", required=True, type=Path, help="the repository whose code the draft learns")
     parser.add_argument("--out", required=True, type=Path, help="output directory: the merged draft (HF format)")
+    parser.add_argument("--extra-repo", type=Path, action="append", default=[], metavar="PATH",
+                        help="more code to train on (repeatable): each goes through the steps --repo alone would "
+                             "(split, examples, middles, labels, --max-train-tokens each) and adds its training "
+                             "examples; its held-out files stay unused, the evaluation is on --repo's")
     parser.add_argument("--draft", default=DEFAULT_DRAFT, help=f"draft model spec to adapt (default {DEFAULT_DRAFT})")
     parser.add_argument("--method", choices=tuple(DEFAULT_LR), default="lora",
                         help="lora: LoRA adapters on the draft, merged at the end; full: every weight but the token "
@@ -141,7 +147,6 @@ def run_distill(args: argparse.Namespace) -> int:
     with accelerator.main_process_first():
         target, draft, split, train_examples, held_examples, train_labels, held_labels, cut = _labelled_examples(
             args, device, work, fresh=args.fresh and accelerator.is_main_process, deadlines=data_deadlines)
-    train_files, held_files, example_config = split
     label_s = time.monotonic() - started
     if args.data_only:
         if accelerator.is_main_process:
@@ -211,12 +216,13 @@ def run_distill(args: argparse.Namespace) -> int:
 
 def _write_report(args: argparse.Namespace, split: tuple, train_examples: list, held_examples: list, label_s: float,
                   cut: dict, started: float, config, state, agreement_report: dict, cache_keys: dict) -> None:
-    train_files, held_files, example_config = split
+    train_files, held_files, example_config, extras = split
     report = {
         "repo": str(args.repo.resolve()), "target": args.target, "draft": args.draft, "method": args.method,
         "seed": args.seed, "holdout": args.holdout, "example_config": asdict(example_config),
         "max_eval_tokens": args.max_eval_tokens,
         "train_files": [f.relpath for f in train_files], "heldout_files": [f.relpath for f in held_files],
+        "extra_repos": extras,
         "train_examples": len(train_examples), "heldout_examples": len(held_examples),
         "train_positions": sum(e.positions for e in train_examples), "label_s": round(label_s, 1),
         "budget": {"max_minutes": args.max_minutes, "data_share": args.data_share,
@@ -299,6 +305,7 @@ def _labelled_examples(args: argparse.Namespace, device: str, work: Path, *, fre
 
     progress = not args.quiet
     if fresh:
+        shutil.rmtree(work / EXTRA_WORK, ignore_errors=True)
         for stale in ("labels-train.pt", "labels-heldout.pt", "features-train.pt", "features-heldout.pt",
                       "checkpoint.pt", *[f"{name}-{split}.pt" for name in
                       MIDDLE_FILES for split in ("train", "heldout")]):
@@ -327,6 +334,23 @@ def _labelled_examples(args: argparse.Namespace, device: str, work: Path, *, fre
     train_ready, train_labels = _prepared_split(models, train_examples, args, args.seed, work, "train",
                                                 _deadline(deadlines[1] if deadlines else None))
     cut = {"train": len(train_ready) < len(train_examples), "heldout": len(held_ready) < len(held_examples)}
+    extras = []
+    for extra in args.extra_repo:
+        # As a run on that repository alone would make them (its split, seed and budget), in a folder of their
+        # own: the labels and middles of an earlier `codespec distill --repo EXTRA` (its OUT/work/*-train.pt)
+        # can be copied there and are reused.
+        extra_train, _ = data.split_files(data.collect_files(extra), args.holdout, args.seed)
+        planned = data.build_examples(extra_train, target.tokenizer, example_config, seed=args.seed,
+                                      max_positions=max_train_tokens)
+        extra_work = work / EXTRA_WORK / _extra_name(extra)
+        ready, labels = _prepared_split(models, planned, args, args.seed, extra_work, "train",
+                                        _deadline(deadlines[1] if deadlines else None))
+        _say(f"--extra-repo {extra}: {len(extra_train)} training files, {len(ready)} examples ({_kinds(ready)})")
+        extras.append({"repo": str(extra.resolve()), "work": str(extra_work.relative_to(args.out)),
+                       "train_files": [f.relpath for f in extra_train], "train_examples": len(ready)})
+        cut["train"] = cut["train"] or len(ready) < len(planned)
+        train_ready, train_labels = train_ready + ready, train_labels + labels
+        train_examples = train_examples + planned
     for split, ready, planned in (("training", train_ready, train_examples), ("held-out", held_ready, held_examples)):
         if len(ready) < len(planned):
             _say(f"--max-minutes: {len(ready)} of {len(planned)} {split} examples were ready in the data phase's "
@@ -336,8 +360,13 @@ def _labelled_examples(args: argparse.Namespace, device: str, work: Path, *, fre
                             f"phase ({args.data_share:g} of it); give more minutes or a larger --data-share")
     _say(f"{len(train_ready)} training examples ({_kinds(train_ready)}), "
          f"{len(held_ready)} held-out ({_kinds(held_ready)})")
-    return (target, draft, (train_files, held_files, example_config), train_ready, held_ready,
+    return (target, draft, (train_files, held_files, example_config, extras), train_ready, held_ready,
             train_labels, held_labels, cut)
+
+
+def _extra_name(repo: Path) -> str:
+    resolved = repo.resolve()
+    return f"{resolved.name}-{hashlib.sha256(str(resolved).encode()).hexdigest()[:8]}"
 
 
 def _deadline(at: float | None):
@@ -413,6 +442,8 @@ MIDDLE_FILES = {"greedy": "fim-greedy", "onpolicy": "fim-draft"}
 # Examples generated and labelled together: the granularity at which a deadline cuts the data.
 CHUNK_EXAMPLES = 64
 DEFAULT_LR = {"lora": 3e-4, "full": 5e-6, "eagle": 3e-4}
+# OUT/work/EXTRA_WORK/NAME holds the labels and middles of each --extra-repo.
+EXTRA_WORK = "extra"
 # Kept from --max-minutes for merging and saving the draft (besides the held-out agreement after training).
 SAVE_RESERVE_S = 30.0
 
@@ -587,6 +618,11 @@ def _check_args(args: argparse.Namespace) -> None:
         raise CodespecError("--data-only stops before training: there is nothing to --eval")
     if args.method != "lora" and args.lora_layers is not None:
         raise CodespecError("--lora-layers is for --method lora")
+    for extra in args.extra_repo:
+        if not extra.is_dir():
+            raise CodespecError(f"--extra-repo {extra}: not a directory")
+        if extra.resolve() == args.repo.resolve():
+            raise CodespecError(f"--extra-repo {extra} is --repo itself")
     if args.eval and args.holdout == 0:
         raise CodespecError("--eval needs held-out files (--holdout > 0)")
 

@@ -522,3 +522,34 @@ def test_max_minutes_bounds_the_whole_run_and_bench_reads_a_cut_run(repo, tmp_pa
     assert errors[-2:] == ["codespec: error: --max-minutes 5: no training example was labelled in the data phase "
                            "(0.4 of it); give more minutes or a larger --data-share",
                            "codespec: error: --data-share must be in (0, 1): the rest of --max-minutes is for training"]
+
+
+def test_extra_repo_adds_the_training_examples_a_run_on_it_alone_would_make(repo, tmp_path, capsys):
+    other = tmp_path / "other"
+    (other / "lib").mkdir(parents=True)
+    for i in range(5):
+        (other / "lib" / f"queue{i}.py").write_text(textwrap.dedent(MODULE).replace("Stack", f"Queue{i}")
+                                                    .replace("push", "put").replace("pop", "get"))
+    alone, mine, both = tmp_path / "alone", tmp_path / "mine", tmp_path / "both"
+    for source, out, extra in ((other, alone, ()), (repo, mine, ()), (repo, both, ("--extra-repo", str(other)))):
+        assert distill(source, out, "--max-steps", "1", *extra) == 0
+    alone_report, mine_report, report = (json.loads((d / "distill.json").read_text()) for d in (alone, mine, both))
+    # Held out and evaluated: --repo's files only, as without --extra-repo.
+    assert report["heldout_files"] == mine_report["heldout_files"] and report["train_files"] == mine_report["train_files"]
+    (extra,) = report["extra_repos"]
+    assert extra["repo"] == str(other.resolve()) and extra["train_files"] == alone_report["train_files"]
+    assert extra["train_examples"] == alone_report["train_examples"]
+    assert report["train_examples"] == mine_report["train_examples"] + alone_report["train_examples"]
+    # The same examples as the run on `other` alone (by their digests), in their own folder: that run's
+    # OUT/work/labels-train.pt copied there would be reused, nothing relabelled.
+    saved = torch.load(both / extra["work"] / "labels-train.pt", weights_only=False)["by_example"]
+    assert set(saved) == set(torch.load(alone / "work" / "labels-train.pt", weights_only=False)["by_example"])
+    mine_saved = torch.load(both / "work" / "labels-train.pt", weights_only=False)["by_example"]
+    assert not set(saved) & set(mine_saved)
+
+    capsys.readouterr()
+    assert distill(repo, tmp_path / "again", "--extra-repo", str(repo)) == 2
+    assert distill(repo, tmp_path / "again", "--extra-repo", str(tmp_path / "missing")) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"codespec: error: --extra-repo {repo} is --repo itself",
+        f"codespec: error: --extra-repo {tmp_path / 'missing'}: not a directory"]
