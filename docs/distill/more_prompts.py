@@ -7,6 +7,11 @@ prompts with a paired bootstrap interval. Greedy decoding is deterministic: the 
 first N prompts are the same in every report, which this checks.
 
     python docs/distill/more_prompts.py --total 64 --out docs/distill/more-prompts.json DIR [DIR ...]
+
+`--base-from JSON` (an earlier output of this script on the same held-out prompts) takes the base draft's
+rows on the new prompts from there instead of running the base draft again (greedy: they would be the
+same; the prompt names and plain greedy's token counts are checked); plain greedy still runs, to check
+every draft's output against it.
 """
 
 import argparse
@@ -27,6 +32,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--base-from", type=Path, help="base rows of the new prompts from this earlier output")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     reports = {d.name: json.loads((d / "distill-eval.json").read_text()) for d in args.drafts}
@@ -39,13 +45,20 @@ def main() -> None:
         assert (spec["prompts"], spec["max_new_tokens"]) == (done, max_new), name
         assert [r["base"] for r in spec["runs"]] == [r["base"] for r in first["runs"]], f"{name}: base rows differ"
     target = load_model(meta["target"], dtype=args.dtype)
-    drafts = {"base": load_model(meta["draft"], dtype=args.dtype)}
+    drafts = {} if args.base_from else {"base": load_model(meta["draft"], dtype=args.dtype)}
     drafts.update({d.name: load_model(str(d), dtype=args.dtype) for d in args.drafts})
     prompts = eval_prompts(heldout_files(meta), target.tokenizer, args.total, meta["seed"],
                            prefix_tokens=bench.get("prefix_tokens", 256))
     names = [r["prompt"] for r in first["runs"]]
     assert [p.name for p in prompts[:done]] == names, "the prompt list is not the one the bench used"
     new = speculative_eval(target, drafts, prompts[done:], max_new)
+    if args.base_from:
+        earlier = json.loads(args.base_from.read_text())
+        assert earlier["max_new_tokens"] == max_new and len(earlier["new_runs"]) == len(new["runs"])
+        for row, old in zip(new["runs"], earlier["new_runs"], strict=True):
+            assert (row["prompt"], row["tokens"]) == (old["prompt"], old["tokens"]), "not the same prompts"
+            row["base"] = old["base"]
+        new["summary"]["base"] = earlier["new_summary"]["base"]
     result = {"prompts": args.total, "measured_here": len(prompts) - done, "max_new_tokens": max_new,
               "new_runs": new["runs"], "new_summary": new["summary"], "drafts": {}}
     for name, report in reports.items():
