@@ -312,6 +312,9 @@ def _labelled_examples(args: argparse.Namespace, device: str, work: Path, *, fre
             (work / stale).unlink(missing_ok=True)
     files = data.collect_files(args.repo)
     train_files, held_files = data.split_files(files, args.holdout, args.seed)
+    # Read before the models load, so that a wrong path fails at once; their held-out files are not used.
+    extra_train_files = {extra: data.split_files(data.collect_files(extra, "--extra-repo"), args.holdout, args.seed)[0]
+                         for extra in args.extra_repo}
     example_config = data.ExampleConfig(seq_len=args.seq_len, fim_fraction=args.fim_fraction)
     _say(f"{len(files)} files: {len(train_files)} for training, {len(held_files)} held out "
          f"({', '.join(f.relpath for f in held_files) or 'none'})")
@@ -331,20 +334,19 @@ def _labelled_examples(args: argparse.Namespace, device: str, work: Path, *, fre
     models = {"greedy": (target, args.target), "onpolicy": (draft, args.draft)}
     held_ready, held_labels = _prepared_split(models, held_examples, args, args.seed + 1, work, "heldout",
                                               _deadline(deadlines[0] if deadlines else None))
+    train_out_of_time = _deadline(deadlines[1] if deadlines else None)
     train_ready, train_labels = _prepared_split(models, train_examples, args, args.seed, work, "train",
-                                                _deadline(deadlines[1] if deadlines else None))
+                                                train_out_of_time)
     cut = {"train": len(train_ready) < len(train_examples), "heldout": len(held_ready) < len(held_examples)}
     extras = []
-    for extra in args.extra_repo:
+    for extra, extra_train in extra_train_files.items():
         # As a run on that repository alone would make them (its split, seed and budget), in a folder of their
         # own: the labels and middles of an earlier `codespec distill --repo EXTRA` (its OUT/work/*-train.pt)
         # can be copied there and are reused.
-        extra_train, _ = data.split_files(data.collect_files(extra), args.holdout, args.seed)
         planned = data.build_examples(extra_train, target.tokenizer, example_config, seed=args.seed,
                                       max_positions=max_train_tokens)
         extra_work = work / EXTRA_WORK / _extra_name(extra)
-        ready, labels = _prepared_split(models, planned, args, args.seed, extra_work, "train",
-                                        _deadline(deadlines[1] if deadlines else None))
+        ready, labels = _prepared_split(models, planned, args, args.seed, extra_work, "train", train_out_of_time)
         _say(f"--extra-repo {extra}: {len(extra_train)} training files, {len(ready)} examples ({_kinds(ready)})")
         extras.append({"repo": str(extra.resolve()), "work": str(extra_work.relative_to(args.out)),
                        "train_files": [f.relpath for f in extra_train], "train_examples": len(ready)})
@@ -619,8 +621,6 @@ def _check_args(args: argparse.Namespace) -> None:
     if args.method != "lora" and args.lora_layers is not None:
         raise CodespecError("--lora-layers is for --method lora")
     for extra in args.extra_repo:
-        if not extra.is_dir():
-            raise CodespecError(f"--extra-repo {extra}: not a directory")
         if extra.resolve() == args.repo.resolve():
             raise CodespecError(f"--extra-repo {extra} is --repo itself")
     if args.eval and args.holdout == 0:

@@ -50,12 +50,12 @@ class ExampleConfig:
     max_middle_lines: int = 12
 
 
-def collect_files(repo: Path) -> list[SourceFile]:
-    """The repository's source files in a known language, sorted by path."""
+def collect_files(repo: Path, option: str = "--repo") -> list[SourceFile]:
+    """The repository's source files in a known language, sorted by path. `option` names it in errors."""
     from codespec.context.languages import language_id_for_path
 
     if not repo.is_dir():
-        raise CodespecError(f"--repo {repo}: not a directory")
+        raise CodespecError(f"{option} {repo}: not a directory")
     found: list[SourceFile] = []
     for root, dirs, names in os.walk(repo):
         dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith("."))
@@ -71,7 +71,7 @@ def collect_files(repo: Path) -> list[SourceFile]:
             if text.strip():
                 found.append(SourceFile(path.relative_to(repo).as_posix(), language_id, text))
     if not found:
-        raise CodespecError(f"--repo {repo}: no source files in a known language")
+        raise CodespecError(f"{option} {repo}: no source files in a known language")
     return sorted(found, key=lambda f: f.relpath)
 
 
