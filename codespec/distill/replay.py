@@ -1,0 +1,84 @@
+"""tau of greedy speculative decoding with a draft model, replayed from one draft forward per prompt.
+
+With greedy verification the output is the target's plain greedy output T whatever the draft proposes, and
+every draft starts from a prefix of T. As long as its tokens match T, the draft model sees exactly the
+context a teacher-forced forward over prompt + T gives it; the first token that does not match is rejected
+and whatever it drafts after that is rejected with it. So the draft's argmax and its probability after each
+prefix of T (one forward) decide every step of `Engine` with `DraftModelProposer`: how many tokens are
+accepted, when the draft stops for low confidence, how its length adapts, how many target forwards the
+generation takes. Once T is known (one plain greedy run of the target per prompt), tau for any draft and
+any drafting configuration costs one draft forward per prompt instead of a speculative decode, which is
+what makes measuring many held-out prompts, many drafts and many configurations possible on a CPU.
+Not replayed: how many tokens are drafted after a rejected one (that needs the draft off T's path), so the
+acceptance rate and the draft's cost are not known here, only accepted tokens and target forwards."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from codespec.proposers import DraftModelConfig
+
+
+@dataclass(frozen=True)
+class DraftPredictions:
+    """The draft's greedy token and its probability after prompt + T[:i], for i = 0 .. len(T) - 1."""
+
+    tokens: list[int]
+    confidence: list[float]
+
+
+@dataclass(frozen=True)
+class Replayed:
+    new_tokens: int  # as GenerationStats.new_tokens: T without its stop token
+    target_forwards: int
+    accepted: int  # drafted tokens the target accepted, up to T's stop token
+
+    @property
+    def tau(self) -> float:
+        return self.new_tokens / self.target_forwards if self.target_forwards else 0.0
+
+
+@torch.inference_mode()
+def draft_predictions(model, prompt_ids: Sequence[int], target_tokens: Sequence[int]) -> DraftPredictions:
+    """One forward of the draft over prompt + T (T: the target's greedy output, with the stop token that
+    ended it, if any)."""
+    ids = [*prompt_ids, *target_tokens[:-1]]
+    device = next(model.parameters()).device
+    logits = model(input_ids=torch.tensor([ids], device=device)).logits[0, len(prompt_ids) - 1:]
+    confidence, tokens = torch.softmax(logits.float(), dim=-1).max(dim=-1)  # as Sampler.draft, greedy
+    return DraftPredictions(tokens.tolist(), confidence.tolist())
+
+
+def replay(predictions: DraftPredictions, target_tokens: Sequence[int], max_new_tokens: int,
+           stop_ids: Sequence[int], config: DraftModelConfig | None = None) -> Replayed:
+    """`Engine.generate(drafting="model", temperature 0)` step by step, as `DraftModelProposer` drafts."""
+    config = config or DraftModelConfig()
+    stops = set(stop_ids)
+    length = config.start_draft
+    produced = forwards = accepted_total = 0
+    while produced < max_new_tokens:
+        limit = min(length, max_new_tokens - produced - 1)  # the target's own token takes the last slot
+        accepted, all_accepted = 0, True
+        for i in range(limit):
+            at = produced + i
+            if at >= len(target_tokens):  # past T's stop token: this step ends the generation anyway
+                break
+            if i and predictions.confidence[at] < config.min_confidence:
+                break
+            if predictions.tokens[at] != target_tokens[at]:
+                all_accepted = False
+                break
+            accepted += 1
+        forwards += 1
+        accepted_total += accepted
+        if limit > 0:  # DraftModelProposer.feedback
+            length = min(config.max_draft, length + 2) if all_accepted else max(config.min_draft, length - 1)
+        step = target_tokens[produced : produced + accepted + 1]
+        stop_at = next((i for i, token in enumerate(step) if token in stops), None)
+        if stop_at is not None:  # the engine cuts the output at the first stop token
+            return Replayed(produced + stop_at, forwards, accepted_total)
+        produced += accepted + 1
+    return Replayed(produced, forwards, accepted_total)
