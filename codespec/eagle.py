@@ -246,7 +246,4 @@ class EagleProposer:
         return Draft(tokens=tokens, probs=torch.stack(probs) if probs else None, source=self.name)
 
     def feedback(self, drafted: int, accepted: int) -> None:
-        if drafted and accepted == drafted:
-            self._length = min(self.config.max_draft, self._length + 2)
-        else:
-            self._length = max(self.config.min_draft, self._length - 1)
+        self._length = self.config.next_length(self._length, drafted, accepted)

@@ -177,6 +177,10 @@ class DraftModelConfig:
     # Stop drafting once the draft model's top probability falls below this (greedy) ...
     min_confidence: float = 0.3
 
+    def next_length(self, length: int, drafted: int, accepted: int) -> int:
+        """The next draft's length: longer after a draft accepted whole, shorter after any rejection."""
+        return min(self.max_draft, length + 2) if drafted and accepted == drafted else max(self.min_draft, length - 1)
+
 
 class DraftModelProposer:
     """A small model with the target's tokenizer drafts autoregressively, with its own KV cache kept in step
@@ -242,10 +246,7 @@ class DraftModelProposer:
         return out.logits[0, -1].float()
 
     def feedback(self, drafted: int, accepted: int) -> None:
-        if drafted and accepted == drafted:
-            self._length = min(self.config.max_draft, self._length + 2)
-        else:
-            self._length = max(self.config.min_draft, self._length - 1)
+        self._length = self.config.next_length(self._length, drafted, accepted)
 
 
 class CombinedProposer:

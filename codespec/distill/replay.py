@@ -74,8 +74,8 @@ def replay(predictions: DraftPredictions, target_tokens: Sequence[int], max_new_
             accepted += 1
         forwards += 1
         accepted_total += accepted
-        if limit > 0:  # DraftModelProposer.feedback
-            length = min(config.max_draft, length + 2) if all_accepted else max(config.min_draft, length - 1)
+        if limit > 0:  # as DraftModelProposer.feedback; a rejected draft had more tokens than were accepted
+            length = config.next_length(length, accepted + (not all_accepted), accepted)
         step = target_tokens[produced : produced + accepted + 1]
         stop_at = next((i for i, token in enumerate(step) if token in stops), None)
         if stop_at is not None:  # the engine cuts the output at the first stop token

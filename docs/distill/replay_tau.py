@@ -30,10 +30,12 @@ from codespec.models import load_model
 from codespec.proposers import DraftModelConfig, rollback_cache
 
 
-def plain_outputs(meta: dict, total: int, path: Path, max_new: int) -> list[dict]:
-    rows = json.loads(path.read_text())["rows"] if path.exists() else []
+def plain_outputs(meta: dict, total: int, path: Path, max_new: int) -> tuple[list[dict], list[int]]:
+    """The rows, and the engine's stop tokens (kept in the file: no target load once all rows exist)."""
+    saved = json.loads(path.read_text()) if path.exists() else {"rows": []}
+    rows = saved["rows"]
     if len(rows) >= total:
-        return rows[:total]
+        return rows[:total], saved["stop_ids"]
     target = load_model(meta["target"], dtype="auto")
     prompts = eval_prompts(heldout_files(meta), target.tokenizer, total, meta["seed"], prefix_tokens=256)
     assert [r["prompt"] for r in rows] == [p.name for p in prompts[: len(rows)]], "another prompt list"
@@ -51,10 +53,11 @@ def plain_outputs(meta: dict, total: int, path: Path, max_new: int) -> list[dict
             assert stop in engine.stop_token_ids, stop
         rows.append({"prompt": prompt.name, "prompt_ids": prompt.ids, "tokens": result.token_ids,
                      "finish": result.finish_reason, "stop": stop})
-        path.write_text(json.dumps({"target": meta["target"], "max_new_tokens": max_new, "rows": rows}))
+        path.write_text(json.dumps({"target": meta["target"], "max_new_tokens": max_new,
+                                    "stop_ids": sorted(engine.stop_token_ids), "rows": rows}))
         print(len(rows), prompt.name, len(result.token_ids), result.finish_reason, f"{time.time() - t0:.1f}s",
               flush=True)
-    return rows
+    return rows, sorted(engine.stop_token_ids)
 
 
 def engine_rows(draft: Path, extra: list[Path]) -> dict[int, dict]:
@@ -93,8 +96,7 @@ def main() -> None:
     configs = {spec: DraftModelConfig(max_draft=int(spec.split(":")[0]), min_confidence=float(spec.split(":")[1]))
                for spec in (args.config or [f"{default.max_draft}:{default.min_confidence}"])}
     meta = json.loads((args.drafts[0] / "distill.json").read_text())
-    rows = plain_outputs(meta, args.total, args.plain, args.max_new_tokens)
-    stops = load_model(meta["target"], dtype="auto").stop_ids
+    rows, stops = plain_outputs(meta, args.total, args.plain, args.max_new_tokens)
     result = {"prompts": len(rows), "max_new_tokens": args.max_new_tokens, "plain": str(args.plain),
               "configs": list(configs), "drafts": {}}
     replayed: dict[str, dict[str, list]] = {}
