@@ -100,6 +100,9 @@ def add_distill_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lora-layers", type=int,
                         help="adapt only the last N decoder layers (--method lora; cheaper backward; default all)")
     parser.add_argument("--ce-weight", type=float, default=0.5, help="weight of the CE on the target's argmax")
+    parser.add_argument("--average-from", type=float,
+                        help="save the mean of the weights after every step from this share of the planned steps "
+                             "on (weight averaging, e.g. 0.5), instead of the last weights")
     parser.add_argument("--checkpoint-every", type=int, default=10, help="optimizer steps between checkpoints")
     parser.add_argument("--fresh", action="store_true", help="ignore saved labels and checkpoints in OUT/work")
     parser.add_argument("--eval", action="store_true",
@@ -179,7 +182,7 @@ def run_distill(args: argparse.Namespace) -> int:
                                lora_layers=args.lora_layers, ce_weight=args.ce_weight, batch_examples=args.batch,
                                greedy_weight=args.greedy_weight, offpath_weight=args.offpath_weight,
                                epochs=args.epochs, max_steps=args.max_steps, max_minutes=args.train_minutes,
-                               checkpoint_every=args.checkpoint_every)
+                               checkpoint_every=args.checkpoint_every, average_from=args.average_from)
     torch.manual_seed(args.seed)
     trained, state = train.train_draft(
         draft.model, train_examples, train_labels, config, work / "checkpoint.pt",
@@ -231,7 +234,8 @@ def _write_report(args: argparse.Namespace, split: tuple, train_examples: list, 
         "onpolicy": {"fraction": args.onpolicy_fraction, "max_new_tokens": args.greedy_tokens},
         "dtype": {"labels_and_training": args.dtype, "saved_and_eval": args.eval_dtype},
         "train": {**asdict(config), "steps": state.step, "seconds": round(state.seconds, 1),
-                  "stopped_by": state.stopped_by, "losses": [round(x, 5) for x in state.losses]},
+                  "stopped_by": state.stopped_by, "averaged_steps": state.averaged_steps,
+                  "losses": [round(x, 5) for x in state.losses]},
         "agreement": agreement_report,
         "caches": cache_keys,  # the keys of OUT/work's label and middle files: `bench distill` reads them
         "command": " ".join(["codespec", *sys.argv[1:]]) if sys.argv[0].endswith("codespec") else None,
@@ -266,7 +270,8 @@ def _distill_head(args: argparse.Namespace, accelerator, device: str, target, dr
     config = train.TrainConfig(method="eagle", autocast=autocast, seed=args.seed,
                                lr=args.lr if args.lr is not None else DEFAULT_LR["eagle"], ce_weight=args.ce_weight,
                                batch_examples=args.batch, epochs=args.epochs, max_steps=args.max_steps,
-                               max_minutes=args.train_minutes, checkpoint_every=args.checkpoint_every)
+                               max_minutes=args.train_minutes, checkpoint_every=args.checkpoint_every,
+                               average_from=args.average_from)
     torch.manual_seed(args.seed)
     trained, state = train.train_draft(
         head, train_examples, train_labels, config, args.out / "work" / "checkpoint.pt",
@@ -616,6 +621,8 @@ def _check_args(args: argparse.Namespace) -> None:
         raise CodespecError("--greedy-weight must be > 0 and --offpath-weight in [0, 1]")
     if args.greedy_fraction + args.onpolicy_fraction > 1.0:
         raise CodespecError("--greedy-fraction + --onpolicy-fraction must be <= 1 (they share the FIM examples)")
+    if args.average_from is not None and not 0.0 <= args.average_from < 1.0:
+        raise CodespecError("--average-from must be in [0, 1): the share of the planned steps before averaging")
     if args.data_only and args.eval:
         raise CodespecError("--data-only stops before training: there is nothing to --eval")
     if args.method != "lora" and args.lora_layers is not None:

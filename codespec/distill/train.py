@@ -56,6 +56,10 @@ class TrainConfig:
     max_steps: int | None = None
     max_minutes: float | None = None
     checkpoint_every: int = 10
+    # Weight averaging (SWA with a constant learning rate): from this share of the planned steps on, the
+    # trained weights after every step join a running mean, which becomes the saved draft. Small batches at
+    # a constant rate leave the last weights noisy; their mean is the flat middle they move around. None: off.
+    average_from: float | None = None
 
 
 @dataclass
@@ -65,6 +69,7 @@ class TrainState:
     losses: list[float] = field(default_factory=list)  # mean loss per optimizer step
     seconds: float = 0.0
     stopped_by: str = ""
+    averaged_steps: int = 0  # how many steps' weights the saved draft is the mean of (0: the last weights)
 
 
 def distill_loss(draft_logits: torch.Tensor, labels: Labels, ce_weight: float) -> torch.Tensor:
@@ -183,10 +188,10 @@ def train_draft(model: torch.nn.Module, examples: Sequence[Example], labels: Seq
     trained.train()
     params = [p for p in trained.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=0.0)
-    state = TrainState()
+    state, saved_average = TrainState(), None
     key = {"data": data_key, "config": _resume_key(config)}
     if checkpoint.exists():
-        state = _load_checkpoint(checkpoint, key, trained, optimizer, config.method) or state
+        state, saved_average = _load_checkpoint(checkpoint, key, trained, optimizer, config.method) or (state, None)
     # DDP around the model when there are several processes; the same objects otherwise.
     wrapped, optimizer = accelerator.prepare(trained, optimizer)
     total_steps = math.ceil(config.epochs * len(examples) / config.batch_examples)
@@ -195,6 +200,11 @@ def train_draft(model: torch.nn.Module, examples: Sequence[Example], labels: Seq
     budget_s = config.max_minutes * 60 if config.max_minutes is not None else math.inf
     bar = tqdm(total=total_steps, initial=state.step, desc="train", unit="step",
                disable=not progress or not accelerator.is_main_process, dynamic_ncols=True)
+    average = None
+    if config.average_from is not None:
+        average = WeightAverage(trained, start_step=max(1, math.ceil(config.average_from * total_steps)))
+        if saved_average is not None:
+            average.load(saved_average)
     started = time.monotonic() - state.seconds
     state.stopped_by = "steps"
     while state.step < total_steps:
@@ -204,17 +214,22 @@ def train_draft(model: torch.nn.Module, examples: Sequence[Example], labels: Seq
             state.stopped_by = "time"
             break
         loss = _train_step(wrapped, optimizer, examples, labels, config, state, accelerator)
+        if average is not None:
+            average.update(trained, state.step)
         state.losses.append(loss)
         state.seconds = time.monotonic() - started
         bar.update()
         bar.set_postfix(loss=f"{loss:.4f}")
         if state.step % config.checkpoint_every == 0 and accelerator.is_main_process:
-            _save_checkpoint(checkpoint, key, trained, optimizer, state, config.method)
+            _save_checkpoint(checkpoint, key, trained, optimizer, state, config.method, average)
     state.seconds = time.monotonic() - started
     bar.close()
     if accelerator.is_main_process:
-        _save_checkpoint(checkpoint, key, trained, optimizer, state, config.method)
+        _save_checkpoint(checkpoint, key, trained, optimizer, state, config.method, average)
     accelerator.wait_for_everyone()
+    if average is not None:
+        state.averaged_steps = average.count
+        average.copy_to(trained)  # after the checkpoint, which keeps the last weights to resume from
     trained.eval()
     return trained, state
 
@@ -276,12 +291,52 @@ def _trained_weights(model, method: str) -> dict:
     return {name: p.detach() for name, p in model.named_parameters() if p.requires_grad}
 
 
-def _save_checkpoint(path: Path, key: dict, model, optimizer, state: TrainState, method: str) -> None:
+def _save_checkpoint(path: Path, key: dict, model, optimizer, state: TrainState, method: str,
+                     average: WeightAverage | None = None) -> None:
     save_atomic(path, {"key": key, "weights": _trained_weights(model, method), "optimizer": optimizer.state_dict(),
-                       "state": asdict(state)})
+                       "state": asdict(state), "average": average.state() if average is not None else None})
 
 
-def _load_checkpoint(path: Path, key: dict, model, optimizer, method: str) -> TrainState | None:
+class WeightAverage:
+    """Running mean of the trainable weights after each step from `start_step` on (fp32, on their device)."""
+
+    def __init__(self, model: torch.nn.Module, start_step: int):
+        self.start_step = start_step
+        self.count = 0
+        self.mean = {name: torch.zeros_like(p, dtype=torch.float32)
+                     for name, p in model.named_parameters() if p.requires_grad}
+
+    @torch.no_grad()
+    def update(self, model: torch.nn.Module, step: int) -> None:
+        if step < self.start_step:
+            return
+        self.count += 1
+        for name, p in model.named_parameters():
+            if name in self.mean:  # mean += (p - mean) / count
+                self.mean[name].add_(p.float() - self.mean[name], alpha=1.0 / self.count)
+
+    @torch.no_grad()
+    def copy_to(self, model: torch.nn.Module) -> None:
+        if not self.count:  # stopped before averaging began: the last weights stay
+            return
+        for name, p in model.named_parameters():
+            if name in self.mean:
+                p.copy_(self.mean[name])
+
+    def state(self) -> dict:
+        return {"start_step": self.start_step, "count": self.count, "mean": self.mean}
+
+    def load(self, saved: dict) -> None:
+        if saved["start_step"] != self.start_step:
+            raise CodespecError(f"the checkpoint averages weights from step {saved['start_step']}, this run would from "
+                                f"step {self.start_step} (--max-steps or --epochs changed): keep them, or delete "
+                                "the checkpoint to train again")
+        self.count = saved["count"]
+        self.mean = saved["mean"]
+
+
+def _load_checkpoint(path: Path, key: dict, model, optimizer, method: str) -> tuple[TrainState, dict | None] | None:
+    """The state to go on from and the weight average saved with it; None for another run's checkpoint."""
     saved = torch.load(path, weights_only=False)
     if saved.get("key") != key or "weights" not in saved:
         return None  # another data set or configuration: start over (the file is overwritten)
@@ -295,7 +350,7 @@ def _load_checkpoint(path: Path, key: dict, model, optimizer, method: str) -> Tr
             for name, value in saved["weights"].items():
                 parameters[name].copy_(value)
     optimizer.load_state_dict(saved["optimizer"])
-    return TrainState(**saved["state"])
+    return TrainState(**saved["state"]), saved.get("average")
 
 
 def save_draft(model, tokenizer, out: Path, config: TrainConfig, dtype: torch.dtype,

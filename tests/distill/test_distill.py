@@ -153,6 +153,46 @@ def test_resumed_training_equals_one_uninterrupted_run(repo, tmp_path, method):
     assert all(torch.allclose(a[n], b[n], atol=1e-6) for n in a)
 
 
+def test_weight_averaging_saves_the_mean_of_the_weights_after_each_step_from_its_start(repo, tmp_path,
+                                                                                      monkeypatch, capsys):
+    run = ("--method", "full", "--lr", "1e-3", "--checkpoint-every", "2")
+    # --average-from 0.5 of 6 steps: the mean of the weights after steps 3, 4, 5 and 6.
+    assert distill(repo, tmp_path / "avg", "--max-steps", "6", "--average-from", "0.5", *run) == 0
+    assert json.loads((tmp_path / "avg" / "distill.json").read_text())["train"]["averaged_steps"] == 4
+    after_step = []
+    for steps in range(1, 7):  # the same training, resumed one step further each time, without averaging
+        assert distill(repo, tmp_path / "plain", "--max-steps", str(steps), *run) == 0
+        after_step.append(load_model(str(tmp_path / "plain")).model.state_dict())
+    averaged = load_model(str(tmp_path / "avg")).model.state_dict()
+    moved = [n for n in averaged if not torch.equal(after_step[2][n], after_step[5][n])]
+    assert moved
+    for name in averaged:
+        mean = sum(weights[name] for weights in after_step[2:]) / 4
+        assert torch.allclose(averaged[name], mean, atol=1e-6), name
+
+    # Stopped after step 5 (the checkpoint of step 4 holds the mean of steps 3-4) and run again: the same draft.
+    from codespec.distill import train
+
+    step = train._train_step
+
+    def stop_at_five(*args):
+        if args[5].step == 4 and not stopped:
+            stopped.append(True)
+            raise KeyboardInterrupt
+        return step(*args)
+
+    stopped: list[bool] = []
+    monkeypatch.setattr(train, "_train_step", stop_at_five)
+    assert distill(repo, tmp_path / "resumed", "--max-steps", "6", "--average-from", "0.5", *run) == 130
+    assert distill(repo, tmp_path / "resumed", "--max-steps", "6", "--average-from", "0.5", *run) == 0
+    resumed = load_model(str(tmp_path / "resumed")).model.state_dict()
+    assert all(torch.allclose(resumed[n], averaged[n], atol=1e-6) for n in averaged)
+    # The planned steps decide where averaging starts: another --max-steps cannot continue this average.
+    capsys.readouterr()
+    assert distill(repo, tmp_path / "resumed", "--max-steps", "8", "--average-from", "0.5", *run) == 2
+    assert "averages weights from step 3, this run would from step 4" in capsys.readouterr().err
+
+
 def test_full_fine_tuning_trains_all_but_the_embedding_in_fp32_and_stays_lossless(repo, tmp_path):
     out = tmp_path / "full"
     # bf16 compute over fp32 weights, which keep the small updates that bf16 weights would round away.
