@@ -107,6 +107,7 @@ class GenerationResult:
     token_ids: list[int]
     finish_reason: str  # eos | max_tokens | stop | cancelled | time
     stats: GenerationStats
+    stop_token: int | None = None  # the stop token that ended it (finish "eos"), not in token_ids
 
 
 @dataclass
@@ -238,6 +239,7 @@ class Engine:
             proposer.begin(prompt, extra_streams)
         ids = list(prompt)
         generated: list[int] = []
+        stop_token = None
         text = ""
         decode_started = time.perf_counter()
         while finish is None:
@@ -255,7 +257,7 @@ class Engine:
                 time.sleep(self.step_delay_s)
             for i, token in enumerate(new_tokens):
                 if token in self.stop_token_ids:
-                    new_tokens, finish = new_tokens[:i], "eos"
+                    new_tokens, finish, stop_token = new_tokens[:i], "eos", token
                     break
             generated.extend(new_tokens)
             new_text = self._decode_text(generated)
@@ -274,7 +276,8 @@ class Engine:
         final_text = text if finish == "stop" else self.tokenizer_decode(generated)
         if final_text != text and final_text.startswith(text):
             yield StepEvent(text=final_text[len(text) :], token_ids=[])
-        result = GenerationResult(text=final_text, token_ids=generated, finish_reason=finish, stats=stats)
+        result = GenerationResult(text=final_text, token_ids=generated, finish_reason=finish, stats=stats,
+                                  stop_token=stop_token)
         yield StepEvent(text="", token_ids=[], done=True, result=result)
 
     def _prefill(self, prompt: list[int], stats: GenerationStats, cancel: CancelToken | None = None) -> bool:

@@ -10,7 +10,7 @@ import json
 import shutil
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -40,6 +40,10 @@ def add_common_arguments(parser: argparse.ArgumentParser,
     parser.add_argument("--eval-prompts", type=int, default=16, help="FIM prompts from held-out files for --eval")
     parser.add_argument("--eval-max-tokens", type=int, default=48, help="new tokens per eval prompt")
     parser.add_argument("--eval-prefix-tokens", type=int, default=256, help="prefix tokens of each eval prompt")
+    parser.add_argument("--replay-prompts", type=int, default=0,
+                        help="also measure tau on the first N held-out prompts (N >= --eval-prompts) by replay: "
+                             "one plain greedy run of the target per prompt (kept in DIR/work) and one forward of "
+                             "each draft, no speculative decode; exact for tau, gives no acceptance rate or time")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
@@ -212,7 +216,7 @@ def run_distill(args: argparse.Namespace) -> int:
     if args.eval:
         evaluate_dir(args.out, target_spec=args.target, base_spec=args.draft, device=device, dtype=args.eval_dtype,
                      prompts=args.eval_prompts, max_new_tokens=args.eval_max_tokens, progress=progress,
-                     prefix_tokens=args.eval_prefix_tokens,
+                     prefix_tokens=args.eval_prefix_tokens, replay_prompts=args.replay_prompts,
                      agreement_report={"base": before, "distilled": after})
     return 0
 
@@ -296,7 +300,8 @@ def _distill_head(args: argparse.Namespace, accelerator, device: str, target, dr
     if args.eval:
         evaluate_dir(args.out, target_spec=args.target, base_spec=args.draft, device=device, dtype=args.eval_dtype,
                      prompts=args.eval_prompts, max_new_tokens=args.eval_max_tokens, progress=not args.quiet,
-                     prefix_tokens=args.eval_prefix_tokens, agreement_report=None)
+                     prefix_tokens=args.eval_prefix_tokens, replay_prompts=args.replay_prompts,
+                     agreement_report=None)
     return 0
 
 
@@ -533,15 +538,16 @@ def run_bench(args: argparse.Namespace) -> int:
     evaluate_dir(args.draft_model, target_spec=args.target if args.target != DEFAULT_TARGET else meta["target"],
                  base_spec=args.base_draft or meta["draft"], device=args.device, dtype=args.dtype,
                  prompts=args.eval_prompts, max_new_tokens=args.eval_max_tokens, progress=not args.quiet,
-                 prefix_tokens=args.eval_prefix_tokens,
+                 prefix_tokens=args.eval_prefix_tokens, replay_prompts=args.replay_prompts,
                  agreement_report=None)
     return 0
 
 
 def evaluate_dir(out: Path, *, target_spec: str, base_spec: str, device: str, dtype: str, prompts: int,
                  max_new_tokens: int, progress: bool, agreement_report: dict | None,
-                 prefix_tokens: int = 256) -> dict:
-    """Acceptance/tau of the base draft and of the distilled one in OUT, on the held-out files of OUT's run."""
+                 prefix_tokens: int = 256, replay_prompts: int = 0) -> dict:
+    """Acceptance/tau of the base draft and of the distilled one in OUT, on the held-out files of OUT's run;
+    with `replay_prompts`, tau on that many prompts by replay too (codespec/distill/replay.py)."""
     from codespec.distill.evaluate import eval_prompts, markdown, plot, speculative_eval, tau_change
     from codespec.models import load_model
 
@@ -549,25 +555,81 @@ def evaluate_dir(out: Path, *, target_spec: str, base_spec: str, device: str, dt
     held = heldout_files(meta)
     if not held:
         raise CodespecError(f"{out}: the run held out no files of {meta['repo']}; nothing to evaluate on")
+    if replay_prompts and meta.get("method") == "eagle":
+        raise CodespecError("--replay-prompts replays a draft model; an EAGLE head drafts from the target's "
+                            "features, which the replay does not compute")
+    if replay_prompts and replay_prompts < prompts:
+        raise CodespecError(f"--replay-prompts {replay_prompts} is fewer than --eval-prompts {prompts}: it "
+                            "replays the same prompts and more")
     target = load_model(target_spec, device=device, dtype=dtype, progress=progress)
     base = load_model(base_spec, device=device, dtype=dtype, progress=progress)
     distilled = load_model(str(out), device=device, dtype=dtype, progress=progress)
     if agreement_report is None:
         agreement_report = _agreement_from_saved(out, meta, held, target.tokenizer, base, distilled)
-    chosen = eval_prompts(held, target.tokenizer, prompts, meta["seed"], prefix_tokens=prefix_tokens)
-    spec = speculative_eval(target, {"base": base, "distilled": distilled}, chosen, max_new_tokens,
-                            progress=progress)
+    chosen = eval_prompts(held, target.tokenizer, max(prompts, replay_prompts), meta["seed"],
+                          prefix_tokens=prefix_tokens)
+    paths = _plain_paths_cache(out, target_spec, dtype, max_new_tokens, target.stop_ids) if replay_prompts else None
+    spec = speculative_eval(target, {"base": base, "distilled": distilled}, chosen[:prompts], max_new_tokens,
+                            progress=progress, plain_paths=paths.rows if paths else None)
     report = {"target": target_spec, "base_draft": base_spec, "distilled": str(out),
               "heldout_files": meta["heldout_files"], "prefix_tokens": prefix_tokens, "agreement": agreement_report,
               "speculative": spec}
+    if paths is not None:
+        report["replayed"] = _replayed(target, {"base": base, "distilled": distilled}, chosen, max_new_tokens, paths,
+                                       spec, progress)
     (out / EVAL_REPORT).write_text(json.dumps(report, indent=1))
     plot(report, out / EVAL_PLOT)
     print(markdown(report))
     change = tau_change(spec)
     if change:
-        _say(f"{change} on {len(chosen)} held-out prompts, {spec['summary']['distilled']['tokens']} tokens; "
+        _say(f"{change} on {prompts} held-out prompts, {spec['summary']['distilled']['tokens']} tokens; "
              f"report in {out / EVAL_REPORT}")
+    if paths is not None and (change := tau_change(report["replayed"])):
+        check = report["replayed"]["engine_check"]
+        _say(f"replayed: {change} on {replay_prompts} held-out prompts (the target forwards of the first "
+             f"{prompts} equal the speculative runs' on {check['equal']} of {check['compared']})")
     return report
+
+
+@dataclass
+class _PlainPaths:
+    """The target's plain greedy outputs (with their stop token) per prompt, kept in OUT/work between benches."""
+
+    path: Path
+    key: dict
+    rows: dict[tuple, list[int]]
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"key": self.key, "rows": [[list(k), v] for k, v in self.rows.items()]}))
+        tmp.replace(self.path)
+
+
+def _plain_paths_cache(out: Path, target_spec: str, dtype: str, max_new_tokens: int, stop_ids) -> _PlainPaths:
+    path = out / "work" / "plain-outputs.json"
+    key = {"target": target_spec, "dtype": dtype, "max_new_tokens": max_new_tokens, "stop_ids": sorted(stop_ids or [])}
+    saved = json.loads(path.read_text()) if path.exists() else None
+    rows = {tuple(ids): tokens for ids, tokens in saved["rows"]} if saved and saved.get("key") == key else {}
+    return _PlainPaths(path, key, rows)
+
+
+def _replayed(target, drafts: dict, prompts: list, max_new_tokens: int, paths: _PlainPaths, spec: dict,
+              progress: bool) -> dict:
+    """tau by replay on all `prompts`, checked against the speculative runs of the first ones."""
+    from codespec.distill.replay import plain_paths, replay_eval
+
+    todo = [p for p in prompts if tuple(p.ids) not in paths.rows]
+    for start in range(0, len(todo), 8):  # kept as it goes: an interrupted bench resumes
+        plain_paths(target, todo[start:start + 8], max_new_tokens, known=paths.rows, progress=progress)
+        paths.save()
+    paths.save()
+    replayed = replay_eval(drafts, prompts, plain_paths(target, prompts, max_new_tokens, known=paths.rows),
+                           max_new_tokens, paths.key["stop_ids"], progress=progress)
+    checked = [(row[name]["target_forwards"], again[name]["target_forwards"])
+               for row, again in zip(spec["runs"], replayed["runs"], strict=False) for name in drafts]
+    replayed["engine_check"] = {"compared": len(checked), "equal": sum(a == b for a, b in checked)}
+    return replayed
 
 
 def heldout_files(meta: dict) -> list:

@@ -71,10 +71,12 @@ def eval_prompts(files: Sequence[SourceFile], tokenizer, n: int, seed: int, *, p
 
 
 def speculative_eval(target, drafts: dict[str, object], prompts: Sequence[EvalPrompt], max_new_tokens: int, *,
-                     progress: bool = True) -> dict:
-    """Per draft: acceptance, tau, decode seconds vs plain greedy, and prompts whose output differs."""
+                     progress: bool = True, plain_paths: dict[tuple, list[int]] | None = None) -> dict:
+    """Per draft: acceptance, tau, decode seconds vs plain greedy, and prompts whose output differs.
+    `plain_paths` (prompt ids -> plain greedy tokens with their stop token) gets every plain run, for a replay."""
     from tqdm import tqdm
 
+    from codespec.distill.replay import target_path
     from codespec.engine import Engine
 
     names = list(drafts)
@@ -91,6 +93,8 @@ def speculative_eval(target, drafts: dict[str, object], prompts: Sequence[EvalPr
     for prompt in prompts:
         plain = engine.generate(prompt.ids, max_new_tokens=max_new_tokens, drafting="none")
         _add(totals["plain"], plain.stats.to_dict())
+        if plain_paths is not None:
+            plain_paths[tuple(prompt.ids)] = target_path(plain)
         bar.update()
         row = {"prompt": prompt.name, "tokens": len(plain.token_ids)}
         for name in names:

@@ -82,3 +82,61 @@ def replay(predictions: DraftPredictions, target_tokens: Sequence[int], max_new_
             return Replayed(produced + stop_at, forwards, accepted_total)
         produced += accepted + 1
     return Replayed(produced, forwards, accepted_total)
+
+
+def target_path(result) -> list[int]:
+    """T of a plain greedy `GenerationResult`: its tokens and the stop token that ended it, if one did."""
+    return [*result.token_ids, *([result.stop_token] if result.stop_token is not None else [])]
+
+
+def plain_paths(target, prompts: Sequence, max_new_tokens: int, *, known: dict[tuple, list[int]] | None = None,
+                progress: bool = True) -> list[list[int]]:
+    """T for every prompt (`.ids`): taken from `known` (prompt ids -> T) where it is there, else one plain
+    greedy run of the target each, added to `known`."""
+    from tqdm import tqdm
+
+    from codespec.engine import Engine
+
+    known = {} if known is None else known
+    engine = Engine(target, None, drafting="none", stop_token_ids=getattr(target, "stop_ids", None) or None)
+    missing = [p for p in prompts if tuple(p.ids) not in known]
+    for prompt in tqdm(missing, desc="plain greedy (replay)", unit="prompt", disable=not progress or not missing,
+                       dynamic_ncols=True):
+        known[tuple(prompt.ids)] = target_path(engine.generate(prompt.ids, max_new_tokens=max_new_tokens))
+    return [known[tuple(p.ids)] for p in prompts]
+
+
+def replay_eval(drafts: dict[str, object], prompts: Sequence, paths: Sequence[Sequence[int]], max_new_tokens: int,
+                stop_ids: Sequence[int], *, config: DraftModelConfig | None = None, progress: bool = True) -> dict:
+    """Per draft (LoadedModel-like or bare HF model): tau and target forwards of greedy speculative decoding
+    on every prompt, replayed from T (`paths`); with two drafts, the ratio of the second's tau to the first's
+    and its 95 % paired bootstrap interval (as `speculative_eval`)."""
+    from tqdm import tqdm
+
+    from codespec.distill.evaluate import tau_ratio_interval
+
+    names = list(drafts)
+    runs = [{"prompt": p.name, "tokens": None} for p in prompts]
+    bar = tqdm(total=len(prompts) * len(names), desc="replay", unit="run", disable=not progress, dynamic_ncols=True)
+    for name, draft in drafts.items():
+        model = draft if isinstance(draft, torch.nn.Module) else draft.model
+        for row, prompt, path in zip(runs, prompts, paths, strict=True):
+            result = replay(draft_predictions(model, prompt.ids, path), path, max_new_tokens, stop_ids, config)
+            row["tokens"] = result.new_tokens
+            row[name] = {"tau": round(result.tau, 3), "tokens": result.new_tokens,
+                         "target_forwards": result.target_forwards, "accepted": result.accepted}
+            bar.update()
+    bar.close()
+    summary = {}
+    for name in names:
+        tokens = sum(r[name]["tokens"] for r in runs)
+        forwards = sum(r[name]["target_forwards"] for r in runs)
+        summary[name] = {"tau": round(tokens / forwards, 4) if forwards else None, "tokens": tokens,
+                         "target_forwards": forwards, "accepted": sum(r[name]["accepted"] for r in runs)}
+    result = {"prompts": len(prompts), "max_new_tokens": max_new_tokens,
+              "config": {"max_draft": (config or DraftModelConfig()).max_draft,
+                         "min_confidence": (config or DraftModelConfig()).min_confidence},
+              "summary": summary, "runs": runs}
+    if len(names) == 2:
+        result["tau_ratio"] = tau_ratio_interval(runs, names[0], names[1])
+    return result

@@ -232,6 +232,53 @@ def test_bench_distill_reports_before_and_after(repo, tmp_path, capsys):
     assert evaluation["agreement"]["base"]["positions"] > 0  # from the labels the run saved
 
 
+def test_bench_distill_replays_tau_on_more_prompts_equal_to_the_speculative_runs(repo, tmp_path, capsys,
+                                                                                 monkeypatch):
+    from codespec.engine import Engine
+
+    out = tmp_path / "draft"
+    assert distill(repo, out, "--max-steps", "30") == 0
+    plain_runs = []
+    generate = Engine.generate
+
+    def counting(self, prompt_ids, **kwargs):
+        if (kwargs.get("drafting") or self.drafting) == "none":
+            plain_runs.append(list(prompt_ids))
+        return generate(self, prompt_ids, **kwargs)
+
+    monkeypatch.setattr(Engine, "generate", counting)
+    # The target as the base draft: every token it drafts is accepted, the distilled draft's only some.
+    bench = ["bench", "distill", "--draft-model", str(out), "--target", "tiny:0", "--base-draft", "tiny:0",
+             "--eval-prompts", "3", "--eval-max-tokens", "16", "--quiet"]
+    capsys.readouterr()
+    assert main([*bench, "--replay-prompts", "5"]) == 0
+    assert "replayed: tau" in capsys.readouterr().err
+    report = json.loads((out / "distill-eval.json").read_text())
+    replayed, spec = report["replayed"], report["speculative"]
+    assert replayed["prompts"] == 5 and [r["prompt"] for r in replayed["runs"][:3]] == [r["prompt"] for r in spec["runs"]]
+    # The replay counts exactly the target forwards the Engine took on the prompts both ran.
+    assert replayed["engine_check"] == {"compared": 6, "equal": 6}
+    summary = replayed["summary"]
+    assert summary["base"]["accepted"] > summary["distilled"]["accepted"] > 0
+    for row, again in zip(spec["runs"], replayed["runs"], strict=False):
+        for name in ("base", "distilled"):
+            assert again[name]["tokens"] == row[name]["tokens"] == row["tokens"]
+    assert sum(r["distilled"]["target_forwards"] for r in replayed["runs"]) == \
+        replayed["summary"]["distilled"]["target_forwards"]
+    assert len(plain_runs) == 5  # three plain runs in the speculative eval, two more for the replay
+
+    # A second bench keeps the plain outputs: only the sixth prompt is new to the replay.
+    plain_runs.clear()
+    assert main([*bench, "--replay-prompts", "6"]) == 0
+    assert len(plain_runs) == 3 + 1
+    again = json.loads((out / "distill-eval.json").read_text())["replayed"]
+    assert again["runs"][:5] == replayed["runs"]
+
+    capsys.readouterr()
+    assert main([*bench, "--replay-prompts", "2"]) == 2
+    assert "fewer than --eval-prompts 3" in capsys.readouterr().err
+
+
 def test_user_errors_are_one_line(repo, tmp_path, capsys):
     assert distill(tmp_path / "missing", tmp_path / "o") == 2
     assert distill(repo, tmp_path / "o", "--holdout", "0", "--eval") == 2
