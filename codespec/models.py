@@ -233,11 +233,41 @@ def resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype
 
 def cpu_has_native_bf16() -> bool:
     """Whether this CPU computes bf16 in hardware (AVX512-BF16 or AMX). Elsewhere torch emulates it, several
-    times slower than fp32 (measured in docs/distill.md)."""
+    times slower than fp32 (measured in docs/distill.md). In hardware it may still be slower: cpu_bf16_speedup."""
     import torch
 
     checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")  # torch.cpu has no public check
     return any(getattr(torch.cpu, name, lambda: False)() for name in checks)
+
+
+_BF16_SPEEDUP: dict[int, float] = {}
+
+
+def cpu_bf16_speedup() -> float:
+    """How many times faster this CPU runs a draft-sized MLP block (256 tokens, 896 -> 4864 -> 896) in bf16
+    than in fp32, measured now (~1 s, once per process and thread count). Hardware bf16 is not enough to
+    know: bf16 was ~4x faster than fp32 on a Zen 4 EPYC (AVX512-BF16) and 0.7x on a Xeon with AVX512-BF16
+    whose AMX the VM did not expose (docs/distill.md); emulated bf16 (AVX2) is several times slower."""
+    import time
+
+    import torch
+
+    threads = torch.get_num_threads()
+    if threads in _BF16_SPEEDUP:
+        return _BF16_SPEEDUP[threads]
+    generator = torch.Generator().manual_seed(0)
+    times = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        x, up, down = (torch.randn(*shape, generator=generator).to(dtype) for shape in ((256, 896), (4864, 896), (896, 4864)))
+        runs = []
+        with torch.inference_mode():
+            for _ in range(5):
+                started = time.perf_counter()
+                torch.nn.functional.linear(torch.nn.functional.linear(x, up), down)
+                runs.append(time.perf_counter() - started)
+        times[dtype] = sorted(runs[1:])[1]  # the first run pays for the kernels' set-up
+    _BF16_SPEEDUP[threads] = times[torch.float32] / times[torch.bfloat16]
+    return _BF16_SPEEDUP[threads]
 
 
 def release_freed_memory() -> None:

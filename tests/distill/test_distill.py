@@ -364,18 +364,33 @@ def test_distill_with_greedy_middles_and_bf16_training_saves_an_fp32_draft(repo,
     assert weighted["train"]["losses"] != report["train"]["losses"]
 
 
-@pytest.mark.parametrize("native_bf16", [False, True])
-def test_training_dtype_is_bf16_only_where_the_cpu_computes_it(monkeypatch, capsys, native_bf16):
+@pytest.mark.parametrize(("native_bf16", "speedup", "auto"), [(False, None, "fp32"), (True, 0.7, "fp32"),
+                                                             (True, 4.0, "bf16")])
+def test_training_dtype_is_bf16_only_where_the_cpu_computes_it_faster(monkeypatch, capsys, native_bf16, speedup,
+                                                                     auto):
     from codespec.distill.cli import _training_dtype
 
+    measured = []
     monkeypatch.setattr("codespec.models.cpu_has_native_bf16", lambda: native_bf16)
+    monkeypatch.setattr("codespec.models.cpu_bf16_speedup", lambda: measured.append(1) or speedup)
     cpu = torch.device("cpu")
-    assert _training_dtype("auto", cpu) == ("bf16" if native_bf16 else "fp32")
-    assert _training_dtype("fp32", cpu) == "fp32" and capsys.readouterr().err == ""
-    assert _training_dtype("bfloat16", cpu) == "bf16"  # asked for: it runs, with a warning where it is slow
-    assert ("emulated and slower than fp32" in capsys.readouterr().err) is not native_bf16
+    assert _training_dtype("auto", cpu) == auto
+    assert len(measured) == int(native_bf16)  # emulated bf16 is not worth measuring
+    assert _training_dtype("fp32", cpu) == "fp32"
+    capsys.readouterr()
+    assert _training_dtype("bfloat16", cpu) == "bf16"  # asked for: it runs, with a warning where it is slower
+    warning = capsys.readouterr().err
+    assert ("warning: --dtype bfloat16" in warning) is (auto == "fp32")
+    assert ("emulated" in warning) is (not native_bf16)
     with pytest.raises(CodespecError, match="bad dtype"):
         _training_dtype("int8", cpu)
+
+
+def test_the_bf16_speedup_is_measured_once_per_thread_count():
+    from codespec.models import cpu_bf16_speedup
+
+    speedup = cpu_bf16_speedup()
+    assert 0.01 < speedup < 100 and cpu_bf16_speedup() == speedup
 
 
 def test_labels_are_kept_per_example_and_reused_across_example_sets(repo, tmp_path):
