@@ -27,7 +27,7 @@ from codespec.distill.evaluate import eval_prompts, tau_ratio_interval
 from codespec.distill.replay import draft_predictions, replay
 from codespec.engine import Engine
 from codespec.models import load_model
-from codespec.proposers import DraftModelConfig, rollback_cache
+from codespec.proposers import DraftModelConfig
 
 
 def plain_outputs(meta: dict, total: int, path: Path, max_new: int) -> tuple[list[dict], list[int]]:
@@ -43,16 +43,8 @@ def plain_outputs(meta: dict, total: int, path: Path, max_new: int) -> tuple[lis
     for prompt in prompts[len(rows):]:
         t0 = time.time()
         result = engine.generate(prompt.ids, max_new_tokens=max_new, drafting="none")
-        stop = None
-        if result.finish_reason == "eos":  # the stop token the engine cut: feed the last cached position again
-            rollback_cache(engine._cache, engine._cache.get_seq_length() - 1)
-            with torch.inference_mode():
-                logits = target.model(input_ids=torch.tensor([[(prompt.ids + result.token_ids)[-1]]]),
-                                      past_key_values=engine._cache, use_cache=True).logits
-            stop = int(logits[0, -1].argmax())
-            assert stop in engine.stop_token_ids, stop
         rows.append({"prompt": prompt.name, "prompt_ids": prompt.ids, "tokens": result.token_ids,
-                     "finish": result.finish_reason, "stop": stop})
+                     "finish": result.finish_reason, "stop": result.stop_token})
         path.write_text(json.dumps({"target": meta["target"], "max_new_tokens": max_new,
                                     "stop_ids": sorted(engine.stop_token_ids), "rows": rows}))
         print(len(rows), prompt.name, len(result.token_ids), result.finish_reason, f"{time.time() - t0:.1f}s",
