@@ -632,9 +632,9 @@ def _replayed(target, drafts: dict, prompts: list, max_new_tokens: int, paths: _
     for start in range(0, len(todo), 8):  # kept as it goes: an interrupted bench resumes
         plain_paths(target, todo[start:start + 8], max_new_tokens, known=paths.rows, progress=progress)
         paths.save()
-    paths.save()
-    replayed = replay_eval(drafts, prompts, plain_paths(target, prompts, max_new_tokens, known=paths.rows),
-                           max_new_tokens, paths.key["stop_ids"], progress=progress)
+    paths.save()  # the speculative runs' plain outputs too
+    replayed = replay_eval(drafts, prompts, [paths.rows[tuple(p.ids)] for p in prompts], max_new_tokens,
+                           paths.key["stop_ids"], progress=progress)
     checked = [(row[name]["target_forwards"], again[name]["target_forwards"])
                for row, again in zip(spec["runs"], replayed["runs"], strict=False) for name in drafts]
     replayed["engine_check"] = {"compared": len(checked), "equal": sum(a == b for a, b in checked)}
