@@ -106,6 +106,9 @@ def add_distill_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lora-layers", type=int,
                         help="adapt only the last N decoder layers (--method lora; cheaper backward; default all)")
     parser.add_argument("--ce-weight", type=float, default=0.5, help="weight of the CE on the target's argmax")
+    parser.add_argument("--divergence", choices=("kl", "tvd", "rkl"), default="kl",
+                        help="between the target's distribution and the draft's, on top of the CE: kl = KL(target "
+                             "|| draft), rkl = KL(draft || target), tvd = total variation (default kl)")
     parser.add_argument("--average-from", type=float,
                         help="save the mean of the weights after every step from this share of the planned steps "
                              "on (weight averaging, e.g. 0.5), instead of the last weights")
@@ -185,7 +188,8 @@ def run_distill(args: argparse.Namespace) -> int:
     config = train.TrainConfig(method=args.method, autocast=autocast, seed=args.seed,
                                lr=args.lr if args.lr is not None else DEFAULT_LR[args.method],
                                rank=args.rank, alpha=2 * args.rank,
-                               lora_layers=args.lora_layers, ce_weight=args.ce_weight, batch_examples=args.batch,
+                               lora_layers=args.lora_layers, ce_weight=args.ce_weight, divergence=args.divergence,
+                               batch_examples=args.batch,
                                greedy_weight=args.greedy_weight, offpath_weight=args.offpath_weight,
                                epochs=args.epochs, max_steps=args.max_steps, max_minutes=args.train_minutes,
                                checkpoint_every=args.checkpoint_every, average_from=args.average_from)

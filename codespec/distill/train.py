@@ -44,6 +44,7 @@ class TrainConfig:
     # a step. None = every layer.
     lora_layers: int | None = None
     ce_weight: float = 0.1
+    divergence: str = "kl"  # see distill_loss
     # Loss weight of the positions of "fim-greedy" examples (the target's own continuations: what the
     # draft meets at decode time) relative to the others.
     greedy_weight: float = 1.0
@@ -72,21 +73,32 @@ class TrainState:
     averaged_steps: int = 0  # how many steps' weights the saved draft is the mean of (0: the last weights)
 
 
-def distill_loss(draft_logits: torch.Tensor, labels: Labels, ce_weight: float) -> torch.Tensor:
-    """Per-position loss: KL over the partition {top-k tokens, everything else} (exact for the mass the
-    labels keep, cheap to store) + ce_weight * cross-entropy on the target's top-1 token."""
+DIVERGENCES = ("kl", "tvd", "rkl")
+
+
+def distill_loss(draft_logits: torch.Tensor, labels: Labels, ce_weight: float, divergence: str = "kl") -> torch.Tensor:
+    """Per-position loss: a divergence between the target's distribution p and the draft's q over the
+    partition {top-k tokens, everything else} (exact for the mass the labels keep, cheap to store) +
+    ce_weight * cross-entropy on the target's top-1 token. `divergence`: "kl" KL(p || q) (mass-covering),
+    "rkl" KL(q || p) (mode-seeking), "tvd" total variation (bounds the loss in acceptance of a sampled draft)."""
     log_q = torch.log_softmax(draft_logits.float(), dim=-1)
     log_p = labels.logprobs.float()
     ids = labels.ids.long().to(log_q.device)
     log_p = log_p.to(log_q.device)
-    p = log_p.exp()
     log_q_top = log_q.gather(-1, ids)
-    kl_top = (p * (log_p - log_q_top)).sum(-1)
+    p, q = log_p.exp(), log_q_top.exp()
     p_rest = (1.0 - p.sum(-1)).clamp_min(1e-8)
-    q_rest = (1.0 - log_q_top.exp().sum(-1)).clamp_min(1e-8)
-    kl_rest = p_rest * (p_rest.log() - q_rest.log())
+    q_rest = (1.0 - q.sum(-1)).clamp_min(1e-8)
+    if divergence == "kl":
+        gap = (p * (log_p - log_q_top)).sum(-1) + p_rest * (p_rest.log() - q_rest.log())
+    elif divergence == "rkl":
+        gap = (q * (log_q_top - log_p)).sum(-1) + q_rest * (q_rest.log() - p_rest.log())
+    elif divergence == "tvd":
+        gap = 0.5 * ((p - q).abs().sum(-1) + (p_rest - q_rest).abs())
+    else:
+        raise ValueError(f"divergence {divergence!r}: one of {', '.join(DIVERGENCES)}")
     ce = -log_q_top[:, 0]
-    return kl_top + kl_rest + ce_weight * ce
+    return gap + ce_weight * ce
 
 
 def position_weights(example: Example, label: Labels, config: TrainConfig) -> torch.Tensor:
@@ -264,7 +276,8 @@ def _train_step(model, optimizer, examples, labels, config: TrainConfig, state: 
                 if config.method == "eagle":
                     per_position = head_loss(model, examples[i], labels[i], config.ce_weight)
                 else:
-                    per_position = distill_loss(draft_logits(model, examples[i]), labels[i], config.ce_weight)
+                    per_position = distill_loss(draft_logits(model, examples[i]), labels[i], config.ce_weight,
+                                                 config.divergence)
             loss = (weights[i].to(per_position.device) * per_position).sum() / positions
             accelerator.backward(loss * scale)
         total += loss.detach()

@@ -9,7 +9,7 @@ import torch
 from codespec.cli import main
 from codespec.distill import data
 from codespec.distill.teacher import Labels, label_example
-from codespec.distill.train import TrainConfig, distill_loss, draft_logits, position_weights
+from codespec.distill.train import DIVERGENCES, TrainConfig, distill_loss, draft_logits, position_weights
 from codespec.errors import CodespecError
 from codespec.models import load_model, stop_token_ids
 from codespec.tiny import tiny_model, tiny_tokenizer
@@ -91,17 +91,33 @@ def test_examples_are_fim_and_left_to_right_and_seeded(repo):
     assert sum(len(e.ids) for e in limited) <= 300
 
 
-def test_loss_is_zero_for_the_target_itself_and_positive_for_another_model(repo):
+@pytest.mark.parametrize("divergence", DIVERGENCES)
+def test_loss_is_zero_for_the_target_itself_and_the_exact_divergence_for_another_model(repo, divergence):
     tokenizer = tiny_tokenizer()
     example = data.build_examples(data.collect_files(repo), tokenizer, data.ExampleConfig(seq_len=64), seed=0)[0]
     target, other = tiny_model(0), tiny_model(1)
-    labels = label_example(target, example, top_k=len(tokenizer))  # the full distribution: the KL is exact
+    labels = label_example(target, example, top_k=len(tokenizer))  # the full distribution: the divergence is exact
     assert labels.ids.shape[0] == example.positions
     with torch.no_grad():
-        same = distill_loss(draft_logits(target, example), labels, ce_weight=0.0)
-        different = distill_loss(draft_logits(other, example), labels, ce_weight=0.0)
+        same = distill_loss(draft_logits(target, example), labels, ce_weight=0.0, divergence=divergence)
+        different = distill_loss(draft_logits(other, example), labels, ce_weight=0.0, divergence=divergence)
+        with_ce = distill_loss(draft_logits(other, example), labels, ce_weight=2.0, divergence=divergence)
+        log_p = torch.log_softmax(draft_logits(target, example).float(), -1)
+        log_q = torch.log_softmax(draft_logits(other, example).float(), -1)
+    exact = {"kl": (log_p.exp() * (log_p - log_q)).sum(-1), "rkl": (log_q.exp() * (log_q - log_p)).sum(-1),
+             "tvd": 0.5 * (log_p.exp() - log_q.exp()).abs().sum(-1)}[divergence]
     assert float(same.abs().max()) < 1e-3
     assert float(different.mean()) > 0.01
+    torch.testing.assert_close(different, exact, atol=1e-3, rtol=1e-3)
+    # The CE is on the target's argmax, whichever divergence.
+    ce = -log_q.gather(-1, log_p.argmax(-1, keepdim=True))[:, 0]
+    torch.testing.assert_close(with_ce - different, 2.0 * ce, atol=1e-3, rtol=1e-3)
+
+
+def test_an_unknown_divergence_is_a_clear_error():
+    with pytest.raises(ValueError, match="one of kl, tvd, rkl"):
+        distill_loss(torch.zeros(1, 4), Labels(torch.zeros(1, 2, dtype=torch.int32), torch.full((1, 2), -1.0)), 0.0,
+                     "js")
 
 
 def test_distill_trains_saves_a_loadable_draft_and_stays_lossless(repo, tmp_path, capsys):
@@ -218,6 +234,18 @@ def test_full_fine_tuning_trains_all_but_the_embedding_in_fp32_and_stays_lossles
     expected = reference_greedy(target.model, prompt, 24, set(stop_token_ids(target.tokenizer)))
     result = Engine(target, load_model(str(out)), drafting="model").generate(prompt, max_new_tokens=24)
     assert result.token_ids == expected and result.stats.drafted > 0
+
+
+@pytest.mark.parametrize("divergence", ["tvd", "rkl"])
+def test_other_divergences_train_the_draft_towards_the_target(repo, tmp_path, divergence):
+    out = tmp_path / divergence
+    assert distill(repo, out, "--method", "full", "--max-steps", "10", "--lr", "1e-3", "--divergence", divergence) == 0
+    report = json.loads((out / "distill.json").read_text())
+    assert report["train"]["divergence"] == divergence
+    losses = report["train"]["losses"]
+    assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3
+    # The held-out KL (the report's measure, whatever the training divergence) falls too.
+    assert report["agreement"]["after"]["kl"] < report["agreement"]["before"]["kl"]
 
 
 def test_bench_distill_reports_before_and_after(repo, tmp_path, capsys):
