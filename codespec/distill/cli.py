@@ -702,6 +702,9 @@ def _check_args(args: argparse.Namespace) -> None:
         raise CodespecError("--data-only stops before training: there is nothing to --eval")
     if args.method != "lora" and args.lora_layers is not None:
         raise CodespecError("--lora-layers is for --method lora")
+    if args.method == "eagle" and args.divergence != "kl":
+        raise CodespecError("--divergence is for a draft model (--method lora or full): an EAGLE head regresses the "
+                            "target's features")
     for extra in args.extra_repo:
         if extra.resolve() == args.repo.resolve():
             raise CodespecError(f"--extra-repo {extra} is --repo itself")

@@ -311,10 +311,13 @@ def test_user_errors_are_one_line(repo, tmp_path, capsys):
     assert distill(tmp_path / "missing", tmp_path / "o") == 2
     assert distill(repo, tmp_path / "o", "--holdout", "0", "--eval") == 2
     assert distill(repo, tmp_path / "o", "--method", "full", "--lora-layers", "2") == 2
+    assert distill(repo, tmp_path / "o", "--method", "eagle", "--divergence", "tvd") == 2
     errors = capsys.readouterr().err.strip().splitlines()
     assert errors == [f"codespec: error: --repo {tmp_path / 'missing'}: not a directory",
                       "codespec: error: --eval needs held-out files (--holdout > 0)",
-                      "codespec: error: --lora-layers is for --method lora"]
+                      "codespec: error: --lora-layers is for --method lora",
+                      "codespec: error: --divergence is for a draft model (--method lora or full): an EAGLE head "
+                      "regresses the target's features"]
 
 
 def test_greedy_continuations_are_the_targets_greedy_output_batched_and_resumed(repo, tmp_path):
