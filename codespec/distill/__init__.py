@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import argparse
 
+# What `distill_loss` measures between the target's distribution and the draft's (`--divergence`); kept here,
+# torch-free, so that the CLI's parser takes its choices from the same tuple the loss checks.
+DIVERGENCES = ("kl", "tvd", "rkl")
+
 
 def register(subparsers, name: str, help: str) -> None:  # noqa: A002 (the CLI table's signature)
     from codespec.distill.cli import add_distill_arguments, run_distill

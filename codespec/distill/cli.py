@@ -15,6 +15,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from codespec.distill import DIVERGENCES
 from codespec.errors import CodespecError
 
 if TYPE_CHECKING:
@@ -106,7 +107,7 @@ def add_distill_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lora-layers", type=int,
                         help="adapt only the last N decoder layers (--method lora; cheaper backward; default all)")
     parser.add_argument("--ce-weight", type=float, default=0.5, help="weight of the CE on the target's argmax")
-    parser.add_argument("--divergence", choices=("kl", "tvd", "rkl"), default="kl",
+    parser.add_argument("--divergence", choices=DIVERGENCES, default="kl",
                         help="between the target's distribution and the draft's, on top of the CE: kl = KL(target "
                              "|| draft), rkl = KL(draft || target), tvd = total variation (default kl)")
     parser.add_argument("--average-from", type=float,

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from codespec.distill import DIVERGENCES
 from codespec.distill.data import Example
 from codespec.distill.head import head_loss, head_positions
 from codespec.distill.teacher import Labels, save_atomic
@@ -71,9 +72,6 @@ class TrainState:
     seconds: float = 0.0
     stopped_by: str = ""
     averaged_steps: int = 0  # how many steps' weights the saved draft is the mean of (0: the last weights)
-
-
-DIVERGENCES = ("kl", "tvd", "rkl")
 
 
 def distill_loss(draft_logits: torch.Tensor, labels: Labels, ce_weight: float, divergence: str = "kl") -> torch.Tensor:

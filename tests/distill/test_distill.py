@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from codespec.cli import main
-from codespec.distill import data
+from codespec.distill import DIVERGENCES, data
 from codespec.distill.teacher import Labels, label_example
-from codespec.distill.train import DIVERGENCES, TrainConfig, distill_loss, draft_logits, position_weights
+from codespec.distill.train import TrainConfig, distill_loss, draft_logits, position_weights
 from codespec.errors import CodespecError
 from codespec.models import load_model, stop_token_ids
 from codespec.tiny import tiny_model, tiny_tokenizer
