@@ -91,6 +91,7 @@ def main() -> None:
     positions = sum(len(path) for _, path in rows)
     base = predictions(args.base, rows)
     base_wrong = mismatches(base, rows)
+    base_runs = {name: replayed(base, rows, max_new, stop_ids, config) for name, config in CONFIGS.items()}
     bin_of = target_bins(args.target, rows) if args.target else None
     report = {"plain": str(args.plain), "prompts": len(rows), "positions_along_T": positions, "base": args.base,
               "base_mismatches": len(base_wrong), "drafts": {}}
@@ -107,7 +108,7 @@ def main() -> None:
                         "broke": sum(bin_of[k] == label for k in wrong - base_wrong)} for label in BINS}
             print(f"  by the target's probability of its token: {entry['by_target_probability']}", flush=True)
         for name, config in CONFIGS.items():
-            runs = [{"base": b, "draft": d} for b, d in zip(replayed(base, rows, max_new, stop_ids, config),
+            runs = [{"base": b, "draft": d} for b, d in zip(base_runs[name],
                                                             replayed(preds, rows, max_new, stop_ids, config),
                                                             strict=True)]
             entry[name] = {"base_tau": round(tau([r["base"] for r in runs]), 4),
