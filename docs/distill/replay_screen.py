@@ -2,9 +2,9 @@
 
 Takes the plain greedy outputs T that bench kept (DIR/work/plain-outputs.json: [prompt ids, T] rows), so no
 target runs at all: one forward of each draft per prompt (`codespec.distill.replay.draft_predictions`), then
-tau under the engine's default drafting and max_draft 12, the change against the base draft with its 95 %
-paired bootstrap interval (as bench), and where along T the draft's argmax is not the target's token: how
-many such positions, how many of the base draft's it fixed and how many it broke.
+tau under the engine's default drafting and max_draft 12 (or the `--config`s given), the change against the
+base draft with its 95 % paired bootstrap interval (as bench), and where along T the draft's argmax is not the
+target's token: how many such positions, how many of the base draft's it fixed and how many it broke.
 It also prints what tau would be if a random share of the draft's remaining mismatches along T were fixed
 (`--what-if`): how far the draft's agreement on the target's own path is from a given gain. With `--target`,
 the same counts by the target's own probability of its token (one target forward per prompt): whether the
@@ -82,6 +82,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--what-if", help="a draft DIR: tau if 10/20/30 %% of its mismatches along T were fixed")
     parser.add_argument("--target", help="the target SPEC: mismatches by the target's probability of its token")
+    parser.add_argument("--config", action="append", metavar="START:MAX:CONF",
+                        help="drafting configurations to replay instead of 8:0.3 and 12:0.3 (start_draft:max_draft:"
+                             "min_confidence; repeatable; the first one is printed and used by --what-if)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("drafts", nargs="+")
     args = parser.parse_args()
@@ -89,9 +92,17 @@ def main() -> None:
     saved = json.loads(args.plain.read_text())
     rows, max_new, stop_ids = saved["rows"], saved["key"]["max_new_tokens"], saved["key"]["stop_ids"]
     positions = sum(len(path) for _, path in rows)
+    configs = CONFIGS
+    if args.config:
+        configs = {}
+        for text in args.config:
+            start, longest, confidence = text.split(":")
+            configs[text] = DraftModelConfig(start_draft=int(start), max_draft=int(longest),
+                                             min_confidence=float(confidence))
+    first = next(iter(configs))
     base = predictions(args.base, rows)
     base_wrong = mismatches(base, rows)
-    base_runs = {name: replayed(base, rows, max_new, stop_ids, config) for name, config in CONFIGS.items()}
+    base_runs = {name: replayed(base, rows, max_new, stop_ids, config) for name, config in configs.items()}
     bin_of = target_bins(args.target, rows) if args.target else None
     report = {"plain": str(args.plain), "prompts": len(rows), "positions_along_T": positions, "base": args.base,
               "base_mismatches": len(base_wrong), "drafts": {}}
@@ -107,7 +118,7 @@ def main() -> None:
                         "fixed": sum(bin_of[k] == label for k in base_wrong - wrong),
                         "broke": sum(bin_of[k] == label for k in wrong - base_wrong)} for label in BINS}
             print(f"  by the target's probability of its token: {entry['by_target_probability']}", flush=True)
-        for name, config in CONFIGS.items():
+        for name, config in configs.items():
             runs = [{"base": b, "draft": d} for b, d in zip(base_runs[name],
                                                             replayed(preds, rows, max_new, stop_ids, config),
                                                             strict=True)]
@@ -115,7 +126,7 @@ def main() -> None:
                            "tau": round(tau([r["draft"] for r in runs]), 4),
                            **tau_ratio_interval(runs, "base", "draft")}
         report["drafts"][spec] = entry
-        default = entry["8:0.3"]
+        default = entry[first]
         print(f"{spec}: tau {default['base_tau']:.3f} -> {default['tau']:.3f}, {default['ratio'] - 1:+.1%} "
               f"(CI {default['ci95'][0] - 1:+.1%} .. {default['ci95'][1] - 1:+.1%}); mismatches along T "
               f"{len(base_wrong)} -> {len(wrong)} of {positions}: fixed {entry['fixed']}, broke {entry['broke']}",
@@ -128,7 +139,7 @@ def main() -> None:
                 for seed in range(5):
                     fixed = set(random.Random(seed).sample(sorted(wrong), int(share * len(wrong))))
                     changes.append(tau(replayed(with_fixed(preds, rows, fixed), rows, max_new, stop_ids,
-                                                CONFIGS["8:0.3"])) / base_tau - 1)
+                                                configs[first])) / base_tau - 1)
                 report["what_if"]["fixed_share"][share] = round(sum(changes) / len(changes), 4)
                 print(f"  what if {share:.0%} of its mismatches along T were fixed: {sum(changes) / len(changes):+.1%}")
         args.out.write_text(json.dumps(report, indent=1))

@@ -2,12 +2,14 @@
 
     last   the last weights of the run (what it saves without --average-from), from DIR/work/checkpoint.pt
     w=F    base + F * (DIR's draft - base): F = 1 is DIR itself, F > 1 extrapolates the fine-tuning's change
+    soup=DIR2,DIR3,...   the mean of the weights of DIR and the other full fine-tuning runs of the same draft
 
 The new directory gets DIR's distill.json (for `codespec bench distill`) and its work/ labels and plain-output
 cache linked (not copied), so that a bench there reuses them.
 
     python docs/distill/weights_variant.py DIR last NEW
     python docs/distill/weights_variant.py DIR w=1.5 NEW
+    python docs/distill/weights_variant.py DIR soup=/work/runs/ce0 NEW
 """
 
 import json
@@ -35,8 +37,16 @@ def main() -> None:
             trained = load_model(str(run), dtype="fp32", progress=False).model.state_dict()
             for name, p in parameters.items():
                 p.add_(trained[name].float() - p, alpha=factor)
+        elif variant.startswith("soup="):
+            runs = [run, *(Path(other) for other in variant[5:].split(","))]
+            for p in parameters.values():
+                p.zero_()
+            for member in runs:
+                weights = load_model(str(member), dtype="fp32", progress=False).model.state_dict()
+                for name, p in parameters.items():
+                    p.add_(weights[name].float() / len(runs))
         else:
-            raise SystemExit(f"unknown variant {variant!r}: last or w=F")
+            raise SystemExit(f"unknown variant {variant!r}: last, w=F or soup=DIR2,...")
     new.mkdir(parents=True, exist_ok=True)
     draft.model.save_pretrained(str(new), safe_serialization=True)
     draft.tokenizer.save_pretrained(str(new))
