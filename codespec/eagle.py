@@ -207,6 +207,7 @@ class EagleProposer:
         self._cache: DynamicCache | None = None
         self._cached: list[int] = []  # ids[:pairs + 1]: the tokens of the pairs in the head's cache
         self._length = self.config.start_draft
+        self.stop_ids: frozenset[int] = frozenset()  # as DraftModelProposer.stop_ids
 
     def begin(self, prompt_ids: Sequence[int], extra_streams: Sequence[Sequence[int]]) -> None:
         self._length = self.config.start_draft
@@ -238,6 +239,8 @@ class EagleProposer:
                 tokens.append(token)
                 if not sampler.greedy:
                     probs.append(q)
+                if token in self.stop_ids:
+                    break
                 features, next_ids = predicted, torch.tensor([[token]], device=self.device)
             rollback_cache(self._cache, pairs)  # keep only the pairs with the target's own features
         except BaseException:

@@ -155,8 +155,8 @@ class Engine:
         self.lookup = LookupProposer(lookup)
         # The target's last hidden state at every cached position, kept only for a drafter that reads it.
         self.features = FeatureBuffer()
-        self.model_drafter = self.drafter_for(draft, draft_config) if draft is not None else None
         self.stop_token_ids = set(stop_token_ids if stop_token_ids is not None else _default_stops(self))
+        self.model_drafter = self.drafter_for(draft, draft_config) if draft is not None else None
         self.max_positions = getattr(self.target.config, "max_position_embeddings", None)
         self._cache: DynamicCache | None = None
         self._cached: list[int] = []  # tokens whose keys/values the target cache holds
@@ -165,8 +165,11 @@ class Engine:
         """The drafter of a draft model, or of an EAGLE head (which drafts from this engine's target features)."""
         model = _model_of(draft)
         if isinstance(model, EagleHead):
-            return EagleProposer(model.attach(self.target), self.features, config)
-        return DraftModelProposer(model, config)
+            drafter = EagleProposer(model.attach(self.target), self.features, config)
+        else:
+            drafter = DraftModelProposer(model, config)
+        drafter.stop_ids = frozenset(self.stop_token_ids)  # a draft ends at a token that ends the generation
+        return drafter
 
     @property
     def collects_features(self) -> bool:

@@ -195,6 +195,8 @@ class DraftModelProposer:
         self._cache: DynamicCache | None = None
         self._cached: list[int] = []  # the tokens whose keys/values are in the cache
         self._length = self.config.start_draft
+        # Tokens that end a generation (the engine sets its own): nothing drafted after one can be kept.
+        self.stop_ids: frozenset[int] = frozenset()
 
     def begin(self, prompt_ids: Sequence[int], extra_streams: Sequence[Sequence[int]]) -> None:
         # The cache is synced lazily in propose(): this generation may never need the draft model.
@@ -229,6 +231,8 @@ class DraftModelProposer:
                 tokens.append(token)
                 if not sampler.greedy:
                     probs.append(q)
+                if token in self.stop_ids:
+                    break
                 feed = [token]
         except BaseException:
             self.reset()

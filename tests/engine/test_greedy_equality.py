@@ -78,3 +78,35 @@ def test_empty_drafts_and_single_token_budget(target):
     assert engine.generate(prompt, max_new_tokens=1).token_ids == reference_greedy(target.model, prompt, 1, set())
     result = engine.generate(prompt, max_new_tokens=5)
     assert result.token_ids == reference_greedy(target.model, prompt, 5, set())
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_a_draft_ends_at_a_token_that_ends_the_generation(target, draft, temperature):
+    from codespec.proposers import DraftModelProposer
+    from codespec.sampling import Sampler
+
+    prompt = list(b"for i in range(10):\n    print(i)\n")
+    config = DraftModelConfig(min_confidence=0.0, start_draft=8)
+    free = DraftModelProposer(draft.model, config).propose(prompt, 8, Sampler(temperature, 1.0, 0))
+    assert len(free.tokens) == 8
+    stop = free.tokens[2]
+    stopping = DraftModelProposer(draft.model, config)
+    stopping.stop_ids = frozenset({stop})
+    cut = stopping.propose(prompt, 8, Sampler(temperature, 1.0, 0))
+    # Whatever follows a stop token is discarded whether the target accepts it or not: never drafted.
+    assert cut.tokens == free.tokens[: free.tokens.index(stop) + 1]
+    if temperature:
+        assert cut.probs is not None and len(cut.probs) == len(cut.tokens)
+
+
+def test_the_engine_gives_its_stop_tokens_to_the_draft(target, draft):
+    prompt = list(b"x = [1, 2, 3]\ny = [1, 2, 3]\n")
+    free = reference_greedy(target.model, prompt, 40, set())
+    stop = free[len(free) // 2]
+    engine = Engine(target, Bundle(target.model, target.tokenizer), drafting="model", stop_token_ids=[stop],
+                    draft_config=DraftModelConfig(min_confidence=0.0, start_draft=8, max_draft=16))
+    assert engine.model_drafter.stop_ids == {stop}
+    result = engine.generate(prompt, max_new_tokens=40)
+    assert result.token_ids == reference_greedy(target.model, prompt, 40, {stop})
+    # The target as its own draft: every drafted token is accepted and none lies past the stop token.
+    assert result.stats.drafted == result.stats.accepted <= len(result.token_ids) + 1
