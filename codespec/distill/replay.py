@@ -53,8 +53,11 @@ def draft_predictions(model, prompt_ids: Sequence[int], target_tokens: Sequence[
 
 
 def replay(predictions: DraftPredictions, target_tokens: Sequence[int], max_new_tokens: int,
-           stop_ids: Sequence[int], config: DraftModelConfig | None = None) -> Replayed:
-    """`Engine.generate(drafting="model", temperature 0)` step by step, as `DraftModelProposer` drafts."""
+           stop_ids: Sequence[int], config: DraftModelConfig | None = None, *,
+           by_step: Sequence[DraftPredictions] = ()) -> Replayed:
+    """`Engine.generate(drafting="model", temperature 0)` step by step, as `DraftModelProposer` drafts.
+    `by_step`: for a drafter whose prediction depends on how many tokens it has drafted since the target's last
+    forward, the predictions of its draft tokens 0, 1, ... of every step (`predictions` for those after them)."""
     config = config or DraftModelConfig()
     stops = set(stop_ids)
     length = config.start_draft
@@ -66,9 +69,10 @@ def replay(predictions: DraftPredictions, target_tokens: Sequence[int], max_new_
             at = produced + i
             if at >= len(target_tokens):  # past T's stop token: this step ends the generation anyway
                 break
-            if i and predictions.confidence[at] < config.min_confidence:
+            prediction = by_step[i] if i < len(by_step) else predictions
+            if i and prediction.confidence[at] < config.min_confidence:
                 break
-            if predictions.tokens[at] != target_tokens[at]:
+            if prediction.tokens[at] != target_tokens[at]:
                 all_accepted = False
                 break
             accepted += 1

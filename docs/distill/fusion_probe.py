@@ -31,7 +31,7 @@ import torch
 
 from codespec.distill import cli, teacher
 from codespec.distill.evaluate import tau_ratio_interval
-from codespec.distill.replay import DraftPredictions, Replayed
+from codespec.distill.replay import DraftPredictions, replay
 from codespec.distill.train import distill_loss
 from codespec.models import load_model
 from codespec.proposers import DraftModelConfig
@@ -61,37 +61,6 @@ def held_out(heads, data, lm_head: torch.Tensor, distances: int) -> dict:
             n += len(top)
     return {f"d={d}" if d else "draft alone": {"agreement": round(agree[d] / n, 4), "kl": round(kl[d] / n, 4)}
             for d in range(distances + 1)}
-
-
-def replay_fused(per_distance: list[DraftPredictions], path: list[int], max_new: int, stops: set[int],
-                 config: DraftModelConfig) -> Replayed:
-    """`codespec.distill.replay.replay` with the prediction of draft step i taken at distance i + 1."""
-    length = config.start_draft
-    produced = forwards = accepted_total = 0
-    while produced < max_new:
-        limit = min(length, max_new - produced - 1)
-        accepted, all_accepted = 0, True
-        for i in range(limit):
-            at = produced + i
-            if at >= len(path):
-                break
-            prediction = per_distance[i + 1 if i + 1 < len(per_distance) else 0]
-            if i and prediction.confidence[at] < config.min_confidence:
-                break
-            if prediction.tokens[at] != path[at]:
-                all_accepted = False
-                break
-            accepted += 1
-        forwards += 1
-        accepted_total += accepted
-        if limit > 0:
-            length = config.next_length(length, accepted + (not all_accepted), accepted)
-        step = path[produced : produced + accepted + 1]
-        stop_at = next((i for i, token in enumerate(step) if token in stops), None)
-        if stop_at is not None:
-            return Replayed(produced + stop_at, forwards, accepted_total)
-        produced += accepted + 1
-    return Replayed(produced, forwards, accepted_total)
 
 
 def main() -> None:
@@ -177,7 +146,8 @@ def main() -> None:
                     x = h if d == 0 else fused(heads, h, f, positions, d)[0]
                     confidence, tokens = torch.softmax(x @ model.lm_head.weight.T, -1).max(-1)
                     per_distance.append(DraftPredictions(tokens.tolist(), confidence.tolist()))
-                result = replay_fused(per_distance, path, 48, stops, config)
+                # Draft token i of a step is i + 1 positions past the last verified feature.
+                result = replay(per_distance[0], path, 48, stops, config, by_step=per_distance[1:])
                 row[label] = {"tokens": result.new_tokens, "target_forwards": result.target_forwards}
     report["replay"] = {}
     for label in ("base", "draft", "fused"):

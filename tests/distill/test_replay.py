@@ -77,3 +77,16 @@ def test_replay_by_hand():
     # a confidence below the threshold after the first token stops the draft there (the first is always drafted)
     shy = DraftPredictions(tokens=[1, 2, 3, 4, 5, 6], confidence=[0.1, 0.1, 1.0, 1.0, 1.0, 1.0])
     assert replay(shy, target, 6, [], DraftModelConfig(min_confidence=0.3)).accepted == 4  # 1 | 3 4 5 (+2, +6)
+
+
+def test_replay_by_draft_step():
+    """A drafter whose prediction depends on its draft step: `by_step` gives draft tokens 0, 1, ... of each step."""
+    target = [1, 2, 3, 4, 5, 6]
+    later = DraftPredictions(tokens=[9] * 6, confidence=[1.0] * 6)  # wrong wherever it is asked
+    first = DraftPredictions(tokens=target, confidence=[1.0] * 6)  # right as every step's first draft token
+    # Each step: its first draft token accepted, the second (from `later`) rejected, + the target's token:
+    # 2 tokens per forward, 3 forwards for 6 tokens.
+    result = replay(later, target, 6, [], by_step=[first])
+    assert (result.target_forwards, result.accepted) == (3, 3)
+    # With every step's drafts right, the by-step replay is the plain one.
+    assert replay(later, target, 6, [], by_step=[first] * 8) == replay(first, target, 6, [])
