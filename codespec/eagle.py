@@ -13,7 +13,7 @@ is still produced by the target's own verification, so nothing is lost but a dra
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import torch
@@ -199,7 +199,8 @@ class EagleProposer:
     name = "eagle"
     uses_target_features = True
 
-    def __init__(self, head: EagleHead, features: FeatureBuffer, config: DraftModelConfig | None = None) -> None:
+    def __init__(self, head: EagleHead, features: FeatureBuffer, config: DraftModelConfig | None = None, *,
+                 stop_ids: Iterable[int] = ()) -> None:
         self.head = head
         self.features = features
         self.config = config or DraftModelConfig()
@@ -207,7 +208,7 @@ class EagleProposer:
         self._cache: DynamicCache | None = None
         self._cached: list[int] = []  # ids[:pairs + 1]: the tokens of the pairs in the head's cache
         self._length = self.config.start_draft
-        self.stop_ids: frozenset[int] = frozenset()  # as DraftModelProposer.stop_ids
+        self.stop_ids = frozenset(stop_ids)  # as DraftModelProposer.stop_ids
 
     def begin(self, prompt_ids: Sequence[int], extra_streams: Sequence[Sequence[int]]) -> None:
         self._length = self.config.start_draft

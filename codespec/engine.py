@@ -164,12 +164,10 @@ class Engine:
     def drafter_for(self, draft, config: DraftModelConfig | None = None) -> DraftModelProposer | EagleProposer:
         """The drafter of a draft model, or of an EAGLE head (which drafts from this engine's target features)."""
         model = _model_of(draft)
+        # A draft ends at a token that ends the generation.
         if isinstance(model, EagleHead):
-            drafter = EagleProposer(model.attach(self.target), self.features, config)
-        else:
-            drafter = DraftModelProposer(model, config)
-        drafter.stop_ids = frozenset(self.stop_token_ids)  # a draft ends at a token that ends the generation
-        return drafter
+            return EagleProposer(model.attach(self.target), self.features, config, stop_ids=self.stop_token_ids)
+        return DraftModelProposer(model, config, stop_ids=self.stop_token_ids)
 
     @property
     def collects_features(self) -> bool:

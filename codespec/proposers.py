@@ -5,7 +5,7 @@ target accepted. Verification lives in the engine; a drafter can never change th
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -188,15 +188,16 @@ class DraftModelProposer:
 
     name = "model"
 
-    def __init__(self, model: torch.nn.Module, config: DraftModelConfig | None = None) -> None:
+    def __init__(self, model: torch.nn.Module, config: DraftModelConfig | None = None, *,
+                 stop_ids: Iterable[int] = ()) -> None:
         self.model = model
         self.config = config or DraftModelConfig()
         self.device = next(model.parameters()).device
         self._cache: DynamicCache | None = None
         self._cached: list[int] = []  # the tokens whose keys/values are in the cache
         self._length = self.config.start_draft
-        # Tokens that end a generation (the engine sets its own): nothing drafted after one can be kept.
-        self.stop_ids: frozenset[int] = frozenset()
+        # Tokens that end a generation (the engine's own): nothing drafted after one can be kept.
+        self.stop_ids = frozenset(stop_ids)
 
     def begin(self, prompt_ids: Sequence[int], extra_streams: Sequence[Sequence[int]]) -> None:
         # The cache is synced lazily in propose(): this generation may never need the draft model.

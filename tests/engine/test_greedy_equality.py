@@ -90,8 +90,7 @@ def test_a_draft_ends_at_a_token_that_ends_the_generation(target, draft, tempera
     free = DraftModelProposer(draft.model, config).propose(prompt, 8, Sampler(temperature, 1.0, 0))
     assert len(free.tokens) == 8
     stop = free.tokens[2]
-    stopping = DraftModelProposer(draft.model, config)
-    stopping.stop_ids = frozenset({stop})
+    stopping = DraftModelProposer(draft.model, config, stop_ids={stop})
     cut = stopping.propose(prompt, 8, Sampler(temperature, 1.0, 0))
     # Whatever follows a stop token is discarded whether the target accepts it or not: never drafted.
     assert cut.tokens == free.tokens[: free.tokens.index(stop) + 1]
