@@ -29,6 +29,12 @@ from codespec.proposers import DraftModelConfig
 CONFIGS = {"8:0.3": DraftModelConfig(), "12:0.3": DraftModelConfig(max_draft=12)}
 
 
+def schedule(text: str) -> DraftModelConfig:
+    """START:MAX:CONF -> the drafting configuration with that start_draft, max_draft and min_confidence."""
+    start, longest, confidence = text.split(":")
+    return DraftModelConfig(start_draft=int(start), max_draft=int(longest), min_confidence=float(confidence))
+
+
 def predictions(spec: str, rows: list) -> list[DraftPredictions]:
     model = load_model(spec, device="cpu", dtype="fp32", progress=False).model
     return [draft_predictions(model, prompt, path) for prompt, path in rows]
@@ -92,13 +98,7 @@ def main() -> None:
     saved = json.loads(args.plain.read_text())
     rows, max_new, stop_ids = saved["rows"], saved["key"]["max_new_tokens"], saved["key"]["stop_ids"]
     positions = sum(len(path) for _, path in rows)
-    configs = CONFIGS
-    if args.config:
-        configs = {}
-        for text in args.config:
-            start, longest, confidence = text.split(":")
-            configs[text] = DraftModelConfig(start_draft=int(start), max_draft=int(longest),
-                                             min_confidence=float(confidence))
+    configs = {text: schedule(text) for text in args.config} if args.config else CONFIGS
     first = next(iter(configs))
     base = predictions(args.base, rows)
     base_wrong = mismatches(base, rows)

@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 
 import torch
+from replay_screen import schedule  # this folder: run as `python docs/distill/schedule_speed.py`
 
 from codespec.engine import Engine
 from codespec.models import load_model
-from codespec.proposers import DraftModelConfig
 
 
 def main() -> None:
@@ -41,9 +41,7 @@ def main() -> None:
     for spec in args.drafts:
         draft = load_model(spec, dtype="fp32", progress=False)
         for text in args.config:
-            start, longest, confidence = text.split(":")
-            config = DraftModelConfig(start_draft=int(start), max_draft=int(longest), min_confidence=float(confidence))
-            engines[f"{spec} {text}"] = Engine(target, draft, drafting="model", draft_config=config,
+            engines[f"{spec} {text}"] = Engine(target, draft, drafting="model", draft_config=schedule(text),
                                                stop_token_ids=stops)
     totals = {name: {"decode_s": 0.0, "target_forwards": 0, "drafted": 0, "accepted": 0, "new_tokens": 0,
                      "divergences": 0} for name in engines}
