@@ -31,7 +31,7 @@ import torch
 
 from codespec.distill import cli, teacher
 from codespec.distill.evaluate import tau_ratio_interval
-from codespec.distill.replay import DraftPredictions, replay
+from codespec.distill.replay import DraftPredictions, Replayed, draft_predictions, replay
 from codespec.distill.train import distill_loss
 from codespec.models import load_model
 from codespec.proposers import DraftModelConfig
@@ -44,6 +44,10 @@ def fused(heads, h: torch.Tensor, f: torch.Tensor, positions: torch.Tensor, d: i
     x = h.clone()
     x[known] = h[known] + heads[d - 1](f[source[known]])
     return x, known
+
+
+def counts(result: Replayed) -> dict:
+    return {"tokens": result.new_tokens, "target_forwards": result.target_forwards}
 
 
 def held_out(heads, data, lm_head: torch.Tensor, distances: int) -> dict:
@@ -129,26 +133,26 @@ def main() -> None:
                                      heads, held_data, lm_head, args.distances)})
         print(json.dumps(report["epochs"][-1]), flush=True)
 
-    plain = json.loads(args.plain.read_text())["rows"]
-    stops = set(target.stop_ids)
+    saved = json.loads(args.plain.read_text())
+    plain, max_new, stops = saved["rows"], saved["key"]["max_new_tokens"], saved["key"]["stop_ids"]
     config = DraftModelConfig()
     rows = [{"prompt": i} for i in range(len(plain))]
     base = load_model(args.base, dtype="fp32", progress=False).model
     with torch.inference_mode():
         for row, (prompt, path) in zip(rows, plain, strict=True):
+            row["base"] = counts(replay(draft_predictions(base, prompt, path), path, max_new, stops, config))
             ids = torch.tensor([[*prompt, *path[:-1]]])
             f = target.model.base_model(input_ids=ids).last_hidden_state[0]
             positions = torch.arange(len(prompt) - 1, len(prompt) - 1 + len(path))
-            for label, model, distances in (("base", base, 0), ("draft", draft, 0), ("fused", draft, args.distances)):
-                h = model.model(input_ids=ids).last_hidden_state[0][positions]
-                per_distance = []
-                for d in range(distances + 1):
-                    x = h if d == 0 else fused(heads, h, f, positions, d)[0]
-                    confidence, tokens = torch.softmax(x @ model.lm_head.weight.T, -1).max(-1)
-                    per_distance.append(DraftPredictions(tokens.tolist(), confidence.tolist()))
-                # Draft token i of a step is i + 1 positions past the last verified feature.
-                result = replay(per_distance[0], path, 48, stops, config, by_step=per_distance[1:])
-                row[label] = {"tokens": result.new_tokens, "target_forwards": result.target_forwards}
+            h = draft.model(input_ids=ids).last_hidden_state[0][positions]  # one draft forward: alone and fused
+            per_distance = []
+            for d in range(args.distances + 1):
+                x = h if d == 0 else fused(heads, h, f, positions, d)[0]
+                confidence, tokens = torch.softmax(x @ lm_head.T, -1).max(-1)
+                per_distance.append(DraftPredictions(tokens.tolist(), confidence.tolist()))
+            row["draft"] = counts(replay(per_distance[0], path, max_new, stops, config))
+            # Draft token i of a step is i + 1 positions past the last verified feature.
+            row["fused"] = counts(replay(per_distance[0], path, max_new, stops, config, by_step=per_distance[1:]))
     report["replay"] = {}
     for label in ("base", "draft", "fused"):
         tokens = sum(r[label]["tokens"] for r in rows)
