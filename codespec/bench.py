@@ -27,6 +27,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     # name -> (module, help); each module exposes `register_bench(parser)` (adds its arguments, sets `func`)
     "context": ("codespec.context.bench", "per-keystroke context building time on a large file"),
     "humaneval": ("codespec.context.humaneval", "HumanEval infilling with the bundled models"),
+    "layout": ("codespec.context.layout_bench", "FIM prompt layouts: tokens prefilled per keystroke, first-line match"),
     "replay": ("codespec.sessions.bench", "keystroke latency on replayed sessions, cold vs warm"),
     "distill": ("codespec.distill", "acceptance before/after distillation"),
 }

@@ -187,8 +187,15 @@ class CompletionManager:
     def _context_config(self) -> Any:
         from codespec.context import ContextConfig
 
-        max_lines = self._options().max_lines
-        return ContextConfig() if max_lines is None else dataclasses.replace(ContextConfig(), max_block_lines=max_lines)
+        options = self._options()
+        changes: dict[str, Any] = {}
+        if options.max_lines is not None:
+            changes["max_block_lines"] = options.max_lines
+        if options.prompt_layout is not None:
+            changes["layout"] = options.prompt_layout
+        if options.near_suffix_lines is not None:
+            changes["near_suffix_lines"] = options.near_suffix_lines
+        return dataclasses.replace(ContextConfig(), **changes)
 
     # ----- requests --------------------------------------------------------------------------------
 

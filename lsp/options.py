@@ -14,6 +14,7 @@ DRAFTING_MODES = ("none", "lookup", "model", "both")
 MULTILINE_POLICIES = ("auto", "never")
 LOAD_POLICIES = ("eager", "lazy")
 LOG_LEVELS = ("debug", "info", "warning", "error")
+PROMPT_LAYOUTS = ("psm", "near-suffix")  # codespec.context.build.LAYOUTS (not imported: no torch here)
 
 
 @dataclass
@@ -30,6 +31,9 @@ class ServerOptions:
     multiline: str = "auto"
     streaming: bool = False
     log_level: str = "warning"
+    # FIM prompt layout (ContextConfig.layout / near_suffix_lines); None: the context room's default.
+    prompt_layout: str | None = None
+    near_suffix_lines: int | None = None
     # Latency features; all on by default, off for the cold benchmark baseline.
     cache: bool = True  # answer from a finished or running generation at the same place
     typing_along: bool = True  # answer from the suggestion when typed text matches it
@@ -54,6 +58,8 @@ class ServerOptions:
         "multiline": "multiline",
         "streaming": "streaming",
         "logLevel": "log_level",
+        "promptLayout": "prompt_layout",
+        "nearSuffixLines": "near_suffix_lines",
         "cache": "cache",
         "typingAlong": "typing_along",
         "earlyAnswer": "early_answer",
@@ -106,6 +112,14 @@ def coerce(name: str, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError("expected a positive integer")
         return value
+    if name == "near_suffix_lines":
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 16:
+            raise ValueError("expected an integer 0..16")
+        return value
+    if name == "prompt_layout" and value is None:
+        return None
     if name in ("step_delay_s", "prefetch_delay_s"):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
             raise ValueError("expected seconds >= 0")
@@ -115,6 +129,7 @@ def coerce(name: str, value: Any) -> Any:
         "multiline": MULTILINE_POLICIES,
         "load_models": LOAD_POLICIES,
         "log_level": LOG_LEVELS,
+        "prompt_layout": PROMPT_LAYOUTS,
     }.get(name)
     if choices is not None:
         if value not in choices:

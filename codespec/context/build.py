@@ -3,7 +3,14 @@
 Prompt stability (for the engine's KV prefix reuse): the prefix window starts on a fixed grid of
 document offsets and only moves when the prefix outgrows its budget, by a large step; everything
 before the cursor (neighbour snippets, header, window) is a deterministic function of text that a
-typing user does not change, so consecutive prompts share all tokens up to the cursor."""
+typing user does not change, so consecutive prompts share all tokens up to the cursor.
+
+Layouts (ContextConfig.layout): "psm" puts the whole suffix after the FIM suffix marker, so every
+keystroke re-prefills it; "near-suffix" keeps only the rest of the cursor line (plus
+`near_suffix_lines` lines) there and moves the lines further below in front of the prefix as file
+context. That far block starts at a grid line counted back from the document's end, so typing and
+Enter (which change nothing below the cursor line) leave it, and every token before the line
+prefix, unchanged."""
 
 from __future__ import annotations
 
@@ -81,6 +88,14 @@ class ContextConfig:
     max_streams: int = 8
     max_recent_completions: int = 8
     tab_size: int = 4
+    # Prompt layout: "psm" (the whole suffix after the FIM suffix marker) or "near-suffix" (see the
+    # module docstring; measured in docs/benchmarks.md "Prompt layout and typing").
+    layout: str = "psm"
+    near_suffix_lines: int = 0  # near-suffix layout: lines after the cursor line kept after the marker
+    far_step_fraction: float = 0.25  # the far block's start moves in steps of this share of its budget
+
+
+LAYOUTS = ("psm", "near-suffix")
 
 
 @dataclass
@@ -88,7 +103,7 @@ class CompletionContext:
     mode: str  # "none" | "line" | "block"
     prompt: str = ""
     prefix: str = ""  # the current file's text the model sees before the cursor (header + window)
-    suffix: str = ""
+    suffix: str = ""  # the document after the cursor (for stop rules), whatever the layout shows of it
     language: str = "plaintext"
     stop: Callable[[str], int | None] = stop_now
     max_lines: int = 0
@@ -101,6 +116,9 @@ class CompletionContext:
     line_prefix: str = ""  # the cursor line before / after the cursor
     healed: str = ""  # trailing whitespace of line_prefix left out of the prompt (token healing)
     line_suffix: str = ""
+    layout: str = "psm"
+    near_suffix: str = ""  # near-suffix layout: what follows the FIM suffix marker
+    far_suffix: str = ""  # near-suffix layout: the lines below, placed before the prefix
     header: str = ""  # imports and enclosing signatures kept from above the window
     window_start_line: int = 0
     indent_unit: str = "    "  # the document's indentation style
@@ -125,6 +143,9 @@ class CompletionContext:
             "max_lines": self.max_lines,
             "prefix": self.prefix,
             "suffix": self.suffix,
+            "layout": self.layout,
+            "near_suffix": self.near_suffix,
+            "far_suffix": self.far_suffix,
             "header": self.header,
             "window_start_line": self.window_start_line,
             "neighbours": [s.to_dict() for s in self.neighbours],
@@ -417,6 +438,48 @@ def _suffix_text(doc: Document, line: int, line_suffix: str, budget: int, tokens
     return "\n".join(parts)
 
 
+def _near_suffix_text(doc: Document, line: int, line_suffix: str, lines: int) -> str:
+    """The rest of the cursor line and the next `lines` lines, each with its line break (so the model
+    sees where the cursor line ends)."""
+    last = min(line + lines, doc.line_count - 1)
+    parts = [line_suffix, *(doc.line_text(row) for row in range(line + 1, last + 1))]
+    return "\n".join(parts) + ("\n" if last + 1 < doc.line_count else "")
+
+
+def far_suffix_start(doc: Document, first: int, step_chars: int) -> int | None:
+    """The first line at or after `first` that holds a grid point: a multiple of `step_chars`
+    counted back from the document's end. Counted from the end, the grid does not move when text is
+    typed above it, and the choice depends only on lines from `first` on, never on the cursor line.
+    In the last step of the document (no grid point left) it is `first` itself: still a function of
+    the text below the cursor line, so typing and Enter keep it."""
+    end = len(doc.text)
+    for row in range(max(first, 0), doc.line_count):
+        here = end - doc.line_start(row)
+        after = end - doc.line_start(row + 1) if row + 1 < doc.line_count else 0
+        if here // step_chars > after // step_chars:
+            return row
+    return first if 0 <= first < doc.line_count else None
+
+
+def _far_suffix_text(doc: Document, start: int, budget: int, tokens: TokenCache) -> str:
+    """Lines from `start` within `budget` tokens: a function of the text from `start` on only."""
+    parts: list[str] = []
+    used = 0
+    for row in range(start, doc.line_count):
+        text = doc.line_text(row)
+        used += tokens.count_line(text)
+        if used > budget:
+            break
+        parts.append(text)
+    return "\n".join(parts)
+
+
+def render_far_suffix_as_comments(far: str, path: str, comment: str) -> str:
+    """The far suffix for templates without a repository format: a commented block."""
+    body = "\n".join(f"{comment} {line}" if line else comment for line in far.split("\n"))
+    return f"{comment} Path: {path} (below the cursor)\n{body}\n"
+
+
 def _next_nonblank(doc: Document, line: int) -> str:
     for following in range(line + 1, min(line + 64, doc.line_count)):
         text = doc.line_text(following)
@@ -540,10 +603,33 @@ def build_context(
     ratio = config.suffix_fraction / (1 - config.suffix_fraction)
     suffix_budget = min(suffix_budget, max(config.min_suffix_tokens, int(prefix_tokens * ratio)))
     ctx.suffix = _suffix_text(doc, line, ctx.line_suffix, suffix_budget, tokens)
+    ctx.layout = config.layout
+    prompt_suffix = ctx.suffix
+    if config.layout == "near-suffix":
+        # The far block sits before the prefix, where its tokens are shared with the previous prompt:
+        # it gets the whole suffix budget, not one in proportion to the prefix (which changes per
+        # keystroke and would move its end).
+        far_budget = config.max_prompt_tokens - prefix_budget
+        near_lines = max(config.near_suffix_lines, 0)
+        ctx.near_suffix = prompt_suffix = _near_suffix_text(doc, line, ctx.line_suffix, near_lines)
+        far_step = max(64, int(far_budget * config.far_step_fraction * _chars_per_token(tokens)))
+        far_start = far_suffix_start(doc, line + 1 + near_lines, far_step)
+        if far_start is not None:
+            ctx.far_suffix = _far_suffix_text(doc, far_start, far_budget, tokens)
+    elif config.layout != "psm":
+        raise ValueError(f"unknown prompt layout {config.layout!r}; known: {', '.join(LAYOUTS)}")
 
     ctx.neighbours = _neighbours(doc, line, other_docs, cache, tokens, config)
     ctx.prompt, ctx.prompt_ids = assemble_prompt(
-        template, tokens, doc, ctx.neighbours, [header, window, line_prefix], ctx.suffix, info, config
+        template,
+        tokens,
+        doc,
+        ctx.neighbours,
+        [header, window, line_prefix],
+        prompt_suffix,
+        info,
+        config,
+        far_suffix=ctx.far_suffix,
     )
     ctx.extra_streams = _extra_streams(doc, other_docs, recent_completions, cache, tokens, config)
     return ctx
@@ -583,8 +669,10 @@ def assemble_prompt(
     suffix: str,
     info: LanguageInfo,
     config: ContextConfig,
+    far_suffix: str = "",
 ) -> tuple[str, list[int]]:
-    """The prompt text and its ids; each piece is tokenized (and memoised) on its own."""
+    """The prompt text and its ids; each piece is tokenized (and memoised) on its own. `far_suffix`
+    (near-suffix layout) goes after the neighbour snippets, before the current file's section."""
     texts: list[str] = []
     ids: list[int] = []
 
@@ -600,16 +688,22 @@ def assemble_prompt(
 
     pieces = list(prefix_pieces)
     here = uri_to_path(doc.uri)
-    if neighbours and template.file_sep:
+    if (neighbours or far_suffix) and template.file_sep:
         special(template.repo_name)
         plain((config.repo_name or os.path.basename(os.path.dirname(here)) or "repo") + "\n")
         for snippet in neighbours:
             special(template.file_sep)
             plain(f"{snippet.path}\n{snippet.text}\n")
+        if far_suffix:
+            special(template.file_sep)
+            plain(f"{display_path(doc.uri)} (below the cursor)\n{far_suffix}\n")
         special(template.file_sep)
         plain(display_path(doc.uri) + "\n")
-    elif neighbours:
-        pieces.insert(0, render_snippets_as_comments(neighbours, info.line_comment))
+    elif neighbours or far_suffix:
+        comments = render_snippets_as_comments(neighbours, info.line_comment) if neighbours else ""
+        if far_suffix:
+            comments += render_far_suffix_as_comments(far_suffix, display_path(doc.uri), info.line_comment)
+        pieces.insert(0, comments)
     if template.suffix_first:
         special(template.suffix)
         plain(suffix)

