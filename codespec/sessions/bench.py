@@ -1,29 +1,87 @@
-"""`codespec bench replay`: keystroke latency on replayed sessions through the real server.
+"""`codespec bench replay`: what the user sees at typing speed, plain greedy vs speculative decoding.
 
-Two server processes, one after the other: speculative decoding (the server's default drafting) and
-plain greedy (`--draft none`). In the speculative server every session is replayed twice, warm (all
-latency features on) and cold (caches, typing-along, early answer and prefetch off, switched with
-workspace/didChangeConfiguration), alternating which goes first, so that machine noise lands on both
-alike; the plain server replays the sessions warm. Ratios come from the same run. Not a timed test.
+Variants (columns) replay the same sessions interleaved in one run: session 1 through every variant, then
+session 2, the order rotating by one each session (plain, speculative; then speculative, plain; ...),
+so that machine noise and drift land on all alike. A variant is a name and a way to replay one session
+(`Variant`): today two LSP server processes held open for the whole run, plain greedy (`--draft none`)
+and speculative (the server's default drafting), plus the speculative server with its latency features
+off ("speculative cold", switched with workspace/didChangeConfiguration). The headline is the pause
+figures (codespec.sessions.replay.pause_summary) and their ratio to plain. Not a timed test.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import platform
 import shlex
 import sys
 import time
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from codespec.errors import CodespecError
+from codespec.sessions.format import Session
+from codespec.sessions.replay import PAUSE_MS, Play, ReplayResult, ReplayServer, summarize
 
 WARM = {"cache": True, "typingAlong": True, "earlyAnswer": True, "prefetch": True}
 COLD = {"cache": False, "typingAlong": False, "earlyAnswer": False, "prefetch": False}
 CORPUS = Path(__file__).resolve().parents[2] / "tests" / "sessions" / "data"
 SECTION = "## Keystroke latency (replay)"
+BASELINE = "plain"  # the variant every ratio divides by
+# (figure, how it is read) of the pause summary that get a ratio to the baseline
+PAUSE_FIGURES = (
+    ("coverage", "coverage"),
+    ("time_to_ghost_ms.p50", "time to ghost text p50"),
+    ("time_to_ghost_ms.p90", "time to ghost text p90"),
+    ("accepted_at_pause_rate", "typed next at pause"),
+    ("suggestions_per_100_keystrokes", "suggestions / 100 keystrokes"),
+    ("chars_saved_per_keystroke", "chars saved / keystroke"),
+)
+
+
+@dataclass
+class Variant:
+    """One column of the benchmark: a name (also the label of its records) and a way to replay one
+    session, whose records land in `result` (variants on one server share it, told apart by label).
+
+    Nothing here needs LSP: a driver for another server (a "llama-server /infill" column, say) is a
+    `play` that replays the session's keystrokes against it and appends RequestRecords to its own
+    ReplayResult with the same fields the replayer fills (label, play, sent_s, latency_ms, outcome,
+    shown/accepted via replay.judge, keystroke_s, gap_ms, next_keystroke_s), and counts keystrokes
+    under its label; summaries, ratios and plots then include it."""
+
+    name: str
+    play: Callable[[Session], Awaitable[None]]
+    result: ReplayResult
+
+
+def interleaved(sessions: Sequence[Session], variants: Sequence[Variant]) -> list[tuple[Session, Variant]]:
+    """The run's order: session by session, every variant once, rotating the variants by one each
+    session so that each takes every place in turn."""
+    order: list[tuple[Session, Variant]] = []
+    for index, session in enumerate(sessions):
+        shift = index % len(variants)
+        order += [(session, variant) for variant in [*variants[shift:], *variants[:shift]]]
+    return order
+
+
+async def run_interleaved(sessions: Sequence[Session], variants: Sequence[Variant]) -> None:
+    for session, variant in interleaved(sessions, variants):
+        await variant.play(session)
+
+
+def lsp_variant(name: str, server: ReplayServer, settings: dict[str, Any] | None) -> Variant:
+    """A variant played through an LSP server held open by the caller, with `settings` sent first."""
+
+    async def play(session: Session) -> None:
+        await server.play(Play(session, settings, name))
+
+    return Variant(name, play, server.result)
 
 
 def register_bench(parser: argparse.ArgumentParser) -> None:
@@ -41,6 +99,13 @@ def register_bench(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--threads", type=int, help="CPU threads for the server's model")
     parser.add_argument("--no-plain", action="store_true", help="skip the plain-decoding server")
+    parser.add_argument(
+        "--no-cold", action="store_true", help="skip the speculative server with its latency features off"
+    )
+    parser.add_argument(
+        "--pause-ms", type=float, default=PAUSE_MS, help="a keystroke followed by this long without another "
+        f"is a pause (default {PAUSE_MS:.0f})",
+    )  # fmt: skip
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for answers at a close")
     parser.add_argument("--out", type=Path, default=Path("docs"), help="directory for JSON and plots")
     parser.add_argument("--markdown", type=Path, help=f'rewrite the "{SECTION}" section of this file')
@@ -69,46 +134,81 @@ def pick_sessions(paths: list[Path], count: int):
     return sorted(sessions, key=lambda s: (s.keystrokes(), s.name))[:count]
 
 
-def bench_replay(
-    sessions: list,
+async def bench_replay_async(
+    sessions: Sequence[Session],
     speculative_server: list[str],
     plain_server: list[str] | None,
     *,
+    cold: bool = True,
     speed: float | None = 1.0,
     drain_timeout_s: float = 120.0,
+    pause_ms: float = PAUSE_MS,
 ) -> dict[str, Any]:
-    """Replay `sessions` warm and cold through the speculative server and warm through the plain one;
-    returns {"variants": {name: summary}, "ratios": {...}, "results": {server: ReplayResult}}."""
-    from codespec.sessions.replay import Play, replay, summarize
+    """Replay `sessions` interleaved through every variant (servers started first, all held open);
+    returns {"variants": {name: summary}, "ratios": {...}, "results": {name: ReplayResult}}."""
+    async with AsyncExitStack() as stack:
 
-    plays = []
-    for index, session in enumerate(sessions):
-        pair = [Play(session, WARM, "warm"), Play(session, COLD, "cold")]
-        plays += pair if index % 2 == 0 else pair[::-1]
-    results = {"speculative": replay(plays, speculative_server, speed=speed, drain_timeout_s=drain_timeout_s)}
-    variants = {
-        "speculative warm": summarize(results["speculative"], "warm"),
-        "speculative cold": summarize(results["speculative"], "cold"),
+        async def open_server(command: list[str]) -> ReplayServer:
+            return await stack.enter_async_context(
+                ReplayServer(command, speed=speed, drain_timeout_s=drain_timeout_s)
+            )
+
+        variants: list[Variant] = []
+        if plain_server is not None:
+            variants.append(lsp_variant(BASELINE, await open_server(plain_server), WARM))
+        speculative = await open_server(speculative_server)
+        variants.append(lsp_variant("speculative", speculative, WARM))
+        if cold:
+            variants.append(lsp_variant("speculative cold", speculative, COLD))
+        # another column (e.g. llama-server /infill) is one more Variant appended here
+        await run_interleaved(sessions, variants)
+    return bench_report(variants, pause_ms)
+
+
+def bench_replay(sessions: Sequence[Session], speculative_server: list[str], plain_server: list[str] | None,
+                 **kwargs: Any) -> dict[str, Any]:  # fmt: skip
+    return asyncio.run(bench_replay_async(sessions, speculative_server, plain_server, **kwargs))
+
+
+def bench_report(variants: Sequence[Variant], pause_ms: float = PAUSE_MS) -> dict[str, Any]:
+    summaries = {v.name: summarize(v.result, v.name, pause_ms) for v in variants}
+    return {
+        "variants": summaries,
+        "ratios": ratios(summaries),
+        "results": {v.name: v.result for v in variants},
     }
-    if plain_server is not None:
-        plain_plays = [Play(s, WARM, "warm") for s in sessions]
-        results["plain"] = replay(plain_plays, plain_server, speed=speed, drain_timeout_s=drain_timeout_s)
-        variants["plain warm"] = summarize(results["plain"], "warm")
-    return {"variants": variants, "ratios": ratios(variants), "results": results}
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
+def _figure(summary: dict[str, Any], path: str) -> Any:
+    value: Any = summary["pauses"]
+    for key in path.split("."):
+        value = value[key]
+    return value
+
+
 def ratios(variants: dict[str, dict[str, Any]]) -> dict[str, float | None]:
+    """Each pause figure of every variant over the plain one's first, then latency percentiles (and the
+    speculative server warm over cold)."""
     out: dict[str, float | None] = {}
+    base = variants.get(BASELINE)
+    others = [name for name in variants if name != BASELINE]
+    if base is not None:
+        for name in others:
+            for path, what in PAUSE_FIGURES:
+                out[f"{name}/{BASELINE} {what}"] = _ratio(_figure(variants[name], path), _figure(base, path))
+    pairs = [(name, BASELINE) for name in others if base is not None]
+    if "speculative" in variants and "speculative cold" in variants:
+        pairs.append(("speculative", "speculative cold"))
     for key, what in (("latency_ms", "all answers"), ("latency_items_ms", "items answers")):
-        warm, cold = variants["speculative warm"][key], variants["speculative cold"][key]
-        out |= {f"warm/cold {q}, {what}": _ratio(warm[q], cold[q]) for q in ("p50", "p90")}
-        if "plain warm" in variants:
-            plain = variants["plain warm"][key]
-            out |= {f"speculative/plain {q}, {what}": _ratio(warm[q], plain[q]) for q in ("p50", "p90")}
+        for top, bottom in pairs:
+            out |= {
+                f"{top}/{bottom} latency {q}, {what}": _ratio(variants[top][key][q], variants[bottom][key][q])
+                for q in ("p50", "p90")
+            }
     return out
 
 
@@ -119,32 +219,52 @@ def markdown(report: dict[str, Any], meta: dict[str, Any]) -> str:
     def pct(v: float | None) -> str:
         return "-" if v is None else f"{v:.1%}"
 
+    def num(v: float | None, digits: int) -> str:
+        return "-" if v is None else f"{v:.{digits}f}"
+
+    servers = ", ".join(f"{name}: `{command}`" for name, command in meta["servers"].items())
+    pause_ms = meta["pause_ms"]
     lines = [
         SECTION,
         "",
         f"`codespec bench replay` on {meta['sessions']} corpus sessions ({meta['keystrokes']} keystrokes, "
-        f"{meta['session_s']:.0f} s of typing each way) at speed {meta['speed']}, {meta['machine']}. "
-        f"Servers: `{meta['speculative_server']}`"
-        + (f" and `{meta['plain_server']}`" if meta.get("plain_server") else "")
-        + f". Wall time {meta['wall_s']:.0f} s. Latency is send-to-response of answered requests "
-        "(items or null); cancelled requests were superseded by a newer keystroke before an answer.",
+        f"{meta['session_s']:.0f} s of typing each) at speed {meta['speed']}, {meta['machine']}, the "
+        f"variants interleaved session by session. {servers}. Wall time {meta['wall_s']:.0f} s.",
+        "",
+        f"At pauses (a keystroke followed by >= {pause_ms:.0f} ms without another): how often ghost text was "
+        "on screen when the user resumed, how long after the keystroke it appeared (0 when typed-along "
+        "ghost text stayed), and how often it was what the user typed next.",
+        "",
+        "| variant | pauses | ghost text at pause | time to ghost text p50 / p90 ms | typed next at pause "
+        "| suggestions / 100 keystrokes | chars saved / keystroke |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, s in report["variants"].items():
+        p = s["pauses"]
+        wait = p["time_to_ghost_ms"]
+        lines.append(
+            f"| {name} | {p['count']} | {pct(p['coverage'])} | {ms(wait['p50'])} / {ms(wait['p90'])} "
+            f"| {pct(p['accepted_at_pause_rate'])} | {num(p['suggestions_per_100_keystrokes'], 1)} "
+            f"| {num(p['chars_saved_per_keystroke'], 3)} |"
+        )
+    lines += [
+        "",
+        "Every request: latency is send-to-response of answered requests (items or null); cancelled "
+        "requests were superseded by a newer keystroke before an answer.",
         "",
         "| variant | requests | answered (items / null) | cancelled | errors | p50 / p90 / p99 ms, all answers "
-        "| p50 / p90 / p99 ms, items | shown | accepted | chars saved / keystroke |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| p50 / p90 / p99 ms, items | shown | accepted |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, s in report["variants"].items():
         lat, items = s["latency_ms"], s["latency_items_ms"]
-        per_key = s["chars_saved_per_keystroke"]
         lines.append(
             f"| {name} | {s['requests']} | {s['answered']} ({s['items']} / {s['null']}) | {s['cancelled']} "
             f"| {s['errors']} | {' / '.join(ms(lat[q]) for q in ('p50', 'p90', 'p99'))} "
             f"| {' / '.join(ms(items[q]) for q in ('p50', 'p90', 'p99'))} | {s['shown']} "
-            f"| {pct(s['accepted_rate'])} | {'-' if per_key is None else f'{per_key:.3f}'} |"
+            f"| {pct(s['accepted_rate'])} |"
         )
-    lines += ["", "| ratio (same run) | value |", "|---|---:|"]
-    for name, value in report["ratios"].items():
-        lines.append(f"| {name} | {'-' if value is None else f'{value:.2f}x'} |")
+    lines += ["", ratio_table(report["ratios"])]
     checks = [
         f"{name}: {s['answered_after_cancel']} answers after cancellation, {s['documents_mismatched']} of "
         f"{s['documents_checked']} documents differing from the session's final text"
@@ -156,44 +276,52 @@ def markdown(report: dict[str, Any], meta: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def replace_section(path: Path, text: str) -> None:
-    """Put `text` (starting with the section heading) in place of that section, or append it."""
+def ratio_table(ratios: dict[str, float | None]) -> str:
+    rows = [f"| {name} | {'-' if value is None else f'{value:.2f}x'} |" for name, value in ratios.items()]
+    return "\n".join(["| ratio (same run) | value |", "|---|---:|", *rows])
+
+
+def replace_section(path: Path, text: str) -> str:
+    """The file's new text: `text` (starting with the section heading) in place of that section, or
+    appended."""
     old = path.read_text(encoding="utf-8") if path.exists() else "# Benchmarks\n"
     start = old.find(SECTION)
     if start < 0:
-        new = old.rstrip("\n") + "\n\n" + text
-    else:
-        end = old.find("\n## ", start + len(SECTION))
-        new = old[:start] + text + (old[end + 1 :] if end >= 0 else "")
-    path.write_text(new, encoding="utf-8")
+        return old.rstrip("\n") + "\n\n" + text
+    end = old.find("\n## ", start + len(SECTION))
+    return old[:start] + text + (old[end + 1 :] if end >= 0 else "")
 
 
-def plot_variants(report: dict[str, Any], path: Path) -> None:
+def plot_variants(report: dict[str, Any], path: Path, pause_ms: float = PAUSE_MS) -> None:
+    """Per variant: the distribution of answered latencies, and the time to ghost text at pauses."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for name, label, result_key in (("speculative warm", "warm", "speculative"),
-                                    ("speculative cold", "cold", "speculative"),
-                                    ("plain warm", "warm", "plain")):  # fmt: skip
-        result = report["results"].get(result_key)
-        if result is None:
-            continue
+    from codespec.sessions.replay import pause_waits, plot_pause_cdf, style_pause_axes
+
+    fig, (latency, at_pause) = plt.subplots(1, 2, figsize=(13, 4.4))
+    waits = {name: pause_waits(result, name, pause_ms) for name, result in report["results"].items()}
+    until = max((w for found, _ in waits.values() for w in found), default=0.0) * 1.05 + 1.0  # one right edge
+    for name, result in report["results"].items():
         values = sorted(r.latency_ms for r in result.records
-                        if r.label == label and r.outcome in ("items", "null") and r.latency_ms is not None)  # fmt: skip
+                        if r.label == name and r.outcome in ("items", "null") and r.latency_ms is not None)  # fmt: skip
         if values:
-            ax.plot(
+            latency.plot(
                 values, [(i + 1) / len(values) for i in range(len(values))], label=f"{name} ({len(values)})"
             )
-    ax.set_xscale("log")
-    ax.set_xlabel("answered latency (ms)")
-    ax.set_ylabel("share of answered requests")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
+        plot_pause_cdf(at_pause, *waits[name], name, until)
+    latency.set_xscale("log")
+    latency.set_xlabel("answered latency (ms)")
+    latency.set_ylabel("share of answered requests")
+    latency.grid(True, which="both", alpha=0.3)
+    latency.legend(fontsize=8)
+    style_pause_axes(at_pause, pause_ms)
+    if at_pause.lines:
+        at_pause.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, format="png")
     plt.close(fig)
 
 
@@ -204,8 +332,11 @@ def display(command: list[str]) -> str:
 
 
 def run_bench(args: argparse.Namespace) -> int:
+    from codespec.sessions.files import text_writer, write_all
     from codespec.sessions.replay import format_table, parse_speed, plot_result
 
+    if args.pause_ms <= 0:
+        raise CodespecError("--pause-ms must be positive")
     sessions = pick_sessions(args.sessions, args.count)
     if not sessions:
         raise CodespecError("no sessions to replay")
@@ -213,34 +344,40 @@ def run_bench(args: argparse.Namespace) -> int:
     spec_server = server_command(args, plain=False)
     plain_server = None if args.no_plain else server_command(args, plain=True)
     started = time.perf_counter()
-    report = bench_replay(sessions, spec_server, plain_server, speed=speed, drain_timeout_s=args.timeout)
+    report = bench_replay(sessions, spec_server, plain_server, cold=not args.no_cold, speed=speed,
+                          drain_timeout_s=args.timeout, pause_ms=args.pause_ms)  # fmt: skip
     wall = time.perf_counter() - started
-    args.out.mkdir(parents=True, exist_ok=True)
     plots = [args.out / "bench-replay-cdf.png", args.out / "bench-replay-warm.png"]
-    plot_variants(report, plots[0])
-    plot_result(report["results"]["speculative"], str(plots[1]), "speculative server: warm and cold plays")
+    servers = {} if plain_server is None else {BASELINE: display(plain_server)}
     meta = {
         "sessions": len(sessions),
         "keystrokes": sum(s.keystrokes() for s in sessions),
         "session_s": sum(s.duration for s in sessions),
         "speed": "max" if speed is None else speed,
+        "pause_ms": args.pause_ms,
         "machine": f"{platform.machine()} {platform.system()}, Python {platform.python_version()}",
-        "speculative_server": display(spec_server),
-        "plain_server": None if plain_server is None else display(plain_server),
+        "servers": {**servers, "speculative": display(spec_server)},
+        "order": "interleaved: session by session, the variants rotating by one each session",
         "wall_s": wall,
         "plots": [str(p) for p in plots],
         "names": [s.name for s in sessions],
     }
     data = {"meta": meta, "variants": report["variants"], "ratios": report["ratios"]}
-    (args.out / "bench-replay.json").write_text(json.dumps(data, indent=2, default=str), encoding="utf-8")
-    with (args.out / "bench-replay-records.jsonl").open("w", encoding="utf-8") as out:
-        for server, result in report["results"].items():
-            for record in result.records:
-                out.write(json.dumps({"server": server, **record.to_json()}) + "\n")
+    results = list({id(r): r for r in report["results"].values()}.values())  # variants may share one
+    records = "".join(json.dumps(record.to_json()) + "\n" for result in results for record in result.records)
+    text = markdown(report, meta)
+    speculative = report["results"]["speculative"]
+    title = "speculative server" + ("" if args.no_cold else ": warm and cold plays")
+    outputs = {
+        args.out / "bench-replay.json": text_writer(json.dumps(data, indent=2, default=str)),
+        args.out / "bench-replay-records.jsonl": text_writer(records),
+        plots[0]: lambda path: plot_variants(report, path, args.pause_ms),
+        plots[1]: lambda path: plot_result(speculative, str(path), title, pause_ms=args.pause_ms),
+    }
+    if args.markdown:
+        outputs[args.markdown] = text_writer(replace_section(args.markdown, text))
+    write_all(outputs)  # all files only now, after every replay succeeded
     for name, summary in report["variants"].items():
         print(f"== {name}\n{format_table(summary)}\n")
-    text = markdown(report, meta)
     print(text)
-    if args.markdown:
-        replace_section(args.markdown, text)
     return 0

@@ -126,6 +126,12 @@ def _register_replay(subparsers: Any, name: str, help_text: str) -> None:
         "--plot", type=Path, metavar="FILE.png", help="latency over time and its distribution"
     )
     parser.add_argument("--records", type=Path, metavar="FILE.jsonl", help="write every request's record")
+    parser.add_argument(
+        "--pause-ms",
+        type=float,
+        default=500.0,
+        help="a keystroke followed by this long without another is a pause (default 500)",
+    )
     parser.add_argument("--init-options", help="JSON initializationOptions for the server")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for answers at a close")
     parser.add_argument("--no-cancel-probe", action="store_true", help="send no probe request after a cancel")
@@ -176,6 +182,7 @@ def correctness_failures(summary: dict[str, Any]) -> list[str]:
 
 
 def _run_replay(args: argparse.Namespace) -> int:
+    from codespec.sessions.files import Writer, text_writer, write_all
     from codespec.sessions.replay import (
         default_server_command,
         format_table,
@@ -185,6 +192,8 @@ def _run_replay(args: argparse.Namespace) -> int:
         summarize,
     )
 
+    if args.pause_ms <= 0:
+        raise CodespecError("--pause-ms must be positive")
     sessions = load_sessions(args.sessions)
     server = shlex.split(args.server) if args.server else default_server_command()
     try:
@@ -199,14 +208,14 @@ def _run_replay(args: argparse.Namespace) -> int:
         drain_timeout_s=args.timeout,
         init_options=init_options,
     )
-    summary = summarize(result)
+    summary = summarize(result, pause_ms=args.pause_ms)
+    # every file at once, each atomic, and only after the replay succeeded: no partial report
+    outputs: dict[Path, Writer] = {}
     if args.records:
-        args.records.parent.mkdir(parents=True, exist_ok=True)
-        args.records.write_text(
-            "".join(json.dumps(r.to_json()) + "\n" for r in result.records), encoding="utf-8"
-        )
+        outputs[args.records] = text_writer("".join(json.dumps(r.to_json()) + "\n" for r in result.records))
     if args.plot:
-        plot_result(result, str(args.plot))
+        outputs[args.plot] = lambda path: plot_result(result, str(path), pause_ms=args.pause_ms)
+    write_all(outputs)
     if args.json:
         json.dump(summary, sys.stdout, indent=2)
         print()

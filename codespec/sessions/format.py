@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from codespec.errors import CodespecError
+from codespec.sessions.files import write_text
 
 FORMAT_NAME = "codespec-session"
 FORMAT_VERSION = 1
@@ -183,9 +184,9 @@ def iter_lines(session: Session) -> Iterator[str]:
 
 
 def write_session(session: Session, path: str | Path) -> Path:
+    """Write the session atomically: a reader never sees half a session file."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(line + "\n" for line in iter_lines(session)), encoding="utf-8")
+    write_text(path, "".join(line + "\n" for line in iter_lines(session)))
     return path
 
 
@@ -355,9 +356,14 @@ def validate_session(session: Session, *, strict: bool = False) -> list[str]:
             changes = (event.params or {}).get("contentChanges") or []
             if len(changes) != 1 or "range" not in changes[0]:
                 problems.append(f"{where}: a keystroke is one incremental change")
+        if event.method == INLINE_COMPLETION and (
+            event.uri is None or not isinstance(event.params.get("position"), dict)
+        ):
+            problems.append(f"{where}: an inline completion request needs textDocument.uri and a position")
+            continue
         try:
             docs.apply(event)
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:  # any shape the JSON can take
             problems.append(f"{where}: {event.method}: {exc}")
     if not session.events:
         problems.append("no messages after the header")

@@ -29,6 +29,7 @@ from typing import Any
 
 from codespec.errors import CodespecError
 from codespec.sessions.format import (
+    DID_CHANGE,
     DID_CLOSE,
     INLINE_COMPLETION,
     PROBE_METHOD,
@@ -229,6 +230,14 @@ class RequestRecord:
     chars_saved: int = 0
     line_text: str = ""  # the cursor line when it was sent
     probe_answered: bool = False
+    play: int = 0  # which play of the replay (one session under one label) it belongs to
+    # The keystroke (didChange) this request followed, when it is the document's first request since
+    # one: the replay-clock instant that keystroke was sent, the scheduled time after it without another
+    # keystroke in the session (to the next one, or to the session's last message; session time / speed),
+    # and when the session's next keystroke was sent (None: it was the last). The pause figures use them.
+    keystroke_s: float | None = None
+    gap_ms: float | None = None
+    next_keystroke_s: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -333,6 +342,11 @@ class Replayer:
         self.pending: dict[int, asyncio.Future[None]] = {}
         self.doc_text_supported: bool | None = None
         self.label = ""
+        self.play_index = -1
+        # per play: the keystroke each document's next request follows (send instant, gap in ms), and the
+        # keystroke-triggered requests still waiting for the session's next keystroke
+        self.keystroke: dict[str, tuple[float, float]] = {}
+        self.awaiting_next_keystroke: list[RequestRecord] = []
         self.epoch = time.perf_counter()
         conn.on_response = self._on_response
 
@@ -420,25 +434,32 @@ class Replayer:
     async def play(self, play: Play, default_speed: float | None) -> None:
         session, self.label = play.session, play.label
         self.speed = default_speed if play.speed == "default" else play.speed
+        self.play_index += 1
+        self.keystroke, self.awaiting_next_keystroke = {}, []
         if play.settings is not None:
             self.conn.notify("workspace/didChangeConfiguration", {"settings": play.settings})
         docs = DocumentSet()
         latest: dict[str, RequestRecord] = {}
         t0, start = (session.events[0].t if session.events else 0.0), time.perf_counter()
+        gaps = iter(keystroke_gaps_ms(session, self.speed))
         for event in session.events:
             await self._sleep_until(event.t, t0, start)
             if event.method == DID_CLOSE and event.uri is not None:
                 await self._finish_document(session, event.uri, docs)
             try:
                 docs.apply(event)
-            except (ValueError, KeyError, TypeError) as exc:
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
                 raise CodespecError(f"{session.name}: invalid session at t={event.t}: {exc}") from None
             if event.method == INLINE_COMPLETION:
                 self._send_inline(session, event, docs, latest)
             elif is_notification(event.method):
-                self.conn.notify(event.method, event.params)
-                if event.method == "textDocument/didChange":
+                sent = self._clock(self.conn.notify(event.method, event.params))
+                if event.method == DID_CHANGE:
                     self.result.keystrokes[self.label] = self.result.keystrokes.get(self.label, 0) + 1
+                    for record in self.awaiting_next_keystroke:
+                        record.next_keystroke_s = sent
+                    self.awaiting_next_keystroke = []
+                    self.keystroke[event.uri or ""] = (sent, next(gaps))
             else:
                 msg_id, _ = self.conn.request(event.method, event.params)
                 self.other[msg_id] = event.method
@@ -466,6 +487,10 @@ class Replayer:
         start = buf.line_starts[pos["line"]]
         record = RequestRecord(session.name, self.label, uri, self.conn.new_id(), event.t, pos["line"], pos["character"],
                                expect=event.expect, line_text=buf.text[start : buf._line_end(pos["line"])])  # fmt: skip
+        record.play = self.play_index
+        if uri in self.keystroke:  # the first request since a keystroke in this document: a pause candidate
+            record.keystroke_s, record.gap_ms = self.keystroke.pop(uri)
+            self.awaiting_next_keystroke.append(record)
         self.by_id[record.id] = record
         self.pending[record.id] = asyncio.get_running_loop().create_future()
         _, sent = self.conn.request(INLINE_COMPLETION, event.params, msg_id=record.id)
@@ -501,6 +526,16 @@ class Replayer:
             return None
         self.doc_text_supported = self.doc_text_supported or method == "codespec/documentText"
         return response.get("result")
+
+
+def keystroke_gaps_ms(session: Session, speed: float | None) -> list[float]:
+    """For each keystroke (didChange) of the session in order: the scheduled time until the session's
+    next keystroke, or until its last message for the last one, in replay milliseconds (session seconds
+    / speed; at max speed the session's own gaps)."""
+    times = [e.t for e in session.events if e.method == DID_CHANGE]
+    end = session.events[-1].t if session.events else 0.0
+    factor = 1000.0 / (speed or 1.0)
+    return [(later - t) * factor for t, later in zip(times, [*times[1:], end], strict=True)]
 
 
 def _first_difference(ours: str, theirs: str) -> str:
@@ -543,46 +578,89 @@ def initialize_params(init_options: Any = None) -> dict[str, Any]:
     }
 
 
-async def replay_sessions(
-    sessions: Sequence[Session | Play],
-    server: Sequence[str] | None = None,
-    *,
-    speed: float | None = 1.0,
-    probe_cancel: bool = True,
-    drain_timeout_s: float = 60.0,
-    init_timeout_s: float = 600.0,
-    init_options: Any = None,
-    env: dict[str, str] | None = None,
-    on_record: Callable[[RequestRecord], None] | None = None,
-    warmup: bool = True,
-) -> ReplayResult:
-    """Replay `sessions` one after another through one server process (`speed` None = max). With
+class ReplayServer:
+    """One server process held open across plays: `start()` (initialize, warm-up), then `play(...)` any
+    number of times (plays of several servers may interleave), then `close()` for the result. With
     `warmup`, one inline request on a scratch document is answered first (models loaded, as when a
     user starts typing a while after the editor started the server); it is not part of the report."""
-    command = list(server or default_server_command())
-    plays = [s if isinstance(s, Play) else Play(s) for s in sessions]
-    result = ReplayResult(server=command, speed=speed, sessions=[p.session.name for p in plays])
-    conn = await LspConnection.start(command, env)
-    try:
+
+    def __init__(
+        self,
+        server: Sequence[str] | None = None,
+        *,
+        speed: float | None = 1.0,
+        probe_cancel: bool = True,
+        drain_timeout_s: float = 60.0,
+        init_timeout_s: float = 600.0,
+        init_options: Any = None,
+        env: dict[str, str] | None = None,
+        on_record: Callable[[RequestRecord], None] | None = None,
+        warmup: bool = True,
+    ) -> None:
+        self.command = list(server or default_server_command())
+        self.speed, self.probe_cancel, self.drain_timeout_s = speed, probe_cancel, drain_timeout_s
+        self.init_timeout_s, self.init_options, self.env = init_timeout_s, init_options, env
+        self.on_record, self.warmup = on_record, warmup
+        self.result = ReplayResult(server=self.command, speed=speed)
+        self.conn: LspConnection | None = None
+        self.replayer: Replayer | None = None
+
+    async def start(self) -> None:
+        self.conn = conn = await LspConnection.start(self.command, self.env)
         try:
-            init = await conn.call("initialize", initialize_params(init_options), timeout=init_timeout_s)
+            init = await conn.call(
+                "initialize", initialize_params(self.init_options), timeout=self.init_timeout_s
+            )
         except TimeoutError:
-            raise CodespecError(f"the server did not answer initialize within {init_timeout_s} s") from None
+            raise CodespecError(
+                f"the server did not answer initialize within {self.init_timeout_s} s"
+            ) from None
         if "error" in init:
             raise CodespecError(f"the server refused initialize: {init['error'].get('message')}")
         conn.notify("initialized", {})
-        if warmup:
-            await warm_up(conn, init_timeout_s)
-        replayer = Replayer(conn, result, speed=speed, probe_cancel=probe_cancel,
-                            drain_timeout_s=drain_timeout_s, on_record=on_record)  # fmt: skip
+        if self.warmup:
+            await warm_up(conn, self.init_timeout_s)
+        self.replayer = Replayer(conn, self.result, speed=self.speed, probe_cancel=self.probe_cancel,
+                                 drain_timeout_s=self.drain_timeout_s, on_record=self.on_record)  # fmt: skip
+
+    async def play(self, play: Play | Session) -> None:
+        if self.replayer is None:
+            raise CodespecError("ReplayServer.play before start()")
+        play = play if isinstance(play, Play) else Play(play)
+        self.result.sessions.append(play.session.name)
         started = time.perf_counter()
-        for play in plays:
-            await replayer.play(play, speed)
-        result.wall_s = time.perf_counter() - started
-        result.notifications = dict(conn.notifications)
-    finally:
-        await conn.shutdown()
-    return result
+        await self.replayer.play(play, self.speed)
+        self.result.wall_s += time.perf_counter() - started  # this server's plays only
+
+    async def __aenter__(self) -> ReplayServer:
+        try:
+            await self.start()
+        except BaseException:
+            await self.close()
+            raise
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def close(self) -> ReplayResult:
+        """Shut the server down (also after a failure); the result of every play so far."""
+        if self.conn is not None:
+            self.result.notifications = dict(self.conn.notifications)
+            await self.conn.shutdown()
+            self.conn = None
+        return self.result
+
+
+async def replay_sessions(
+    sessions: Sequence[Session | Play], server: Sequence[str] | None = None, **kwargs: Any
+) -> ReplayResult:
+    """Replay `sessions` one after another through one server process (keyword arguments: those of
+    ReplayServer; `speed` None = max)."""
+    async with ReplayServer(server, **kwargs) as replay_server:
+        for play in sessions:
+            await replay_server.play(play)
+    return replay_server.result
 
 
 def replay(
@@ -595,9 +673,138 @@ def replay(
 # Summary, table, plot
 
 
-def summarize(result: ReplayResult, label: str | None = None) -> dict[str, Any]:
-    """The report: counts per outcome, latency percentiles of answered requests, acceptance
-    (of the plays with `label` only, when given)."""
+PAUSE_MS = 500.0
+
+
+@dataclass
+class Pause:
+    """The screen at one pause: a keystroke that triggered an inline request and was followed by at
+    least the pause length without another keystroke in the session (or by the session's end)."""
+
+    record: RequestRecord  # the request that keystroke triggered
+    ghost: str | None  # the ghost text on screen when the pause ended (None: nothing)
+    # keystroke sent -> that ghost text on screen (0: ghost text stayed on screen through the keystroke)
+    time_to_ghost_ms: float | None
+    accepted: bool | None  # the ghost text was what the user typed next (None: not judged, no expect)
+
+    @property
+    def covered(self) -> bool:
+        return self.ghost is not None
+
+
+def typed_along(ghost: str, before: RequestRecord, after: RequestRecord) -> str | None:
+    """What is left of `ghost` (shown at `before`'s cursor) once the user typed its start, which takes the
+    document to `after`'s cursor line and position: editors keep such ghost text on screen. None when the
+    typing went elsewhere or did not match the ghost text."""
+    if after.uri != before.uri or after.line != before.line:
+        return None
+    try:
+        cursor = TextBuffer(before.line_text).offset_at(0, before.character)
+        new_cursor = TextBuffer(after.line_text).offset_at(0, after.character)
+    except ValueError:
+        return None
+    typed = after.line_text[cursor:new_cursor]
+    inserted = before.line_text[:cursor] + typed + before.line_text[cursor:]
+    if not typed or after.line_text != inserted or not ghost.startswith(typed):
+        return None
+    return ghost[len(typed) :] or None
+
+
+def screen_pauses(records: Sequence[RequestRecord], pause_ms: float = PAUSE_MS) -> tuple[list[Pause], int]:
+    """(the pauses, how many answers put ghost text on screen) of one play's records (send order).
+
+    The screen is played forward on the replay clock. An answer that arrives before a newer keystroke
+    (and after no newer answer) replaces the ghost text: its suggestion, or nothing for a null. A
+    keystroke keeps the ghost text when it typed the ghost text's start (the rest stays), otherwise
+    clears it. A pause ends at the session's next keystroke as sent, or for the last keystroke when its
+    scheduled gap has passed; what is on screen then is the pause's ghost text."""
+    key, pause_end, answer = 1, 0, 2  # event order at equal instants: a pause ends before the next keystroke
+    events: list[tuple[float, int, int]] = []
+    keystroke_s: dict[int, float] = {}  # by record index
+    # by record index: when the keystroke after the one it followed was sent; its answer is stale from then
+    # on, even when that keystroke triggered no request (so that no record tells of it)
+    stale_from: dict[int, float | None] = {}
+    next_key: float | None = None
+    for index, record in enumerate(records):
+        if record.keystroke_s is not None:
+            keystroke_s[index], next_key = record.keystroke_s, record.next_keystroke_s
+            events.append((record.keystroke_s, key, index))
+            if record.gap_ms is not None and record.gap_ms >= pause_ms:
+                end = record.next_keystroke_s
+                events.append(
+                    (record.keystroke_s + record.gap_ms / 1000.0 if end is None else end, pause_end, index)
+                )
+        stale_from[index] = next_key
+        if record.outcome in ("items", "null") and record.latency_ms is not None:
+            events.append((record.sent_s + record.latency_ms / 1000.0, answer, index))
+    events.sort()
+    ghost: str | None = None
+    anchor: RequestRecord | None = None  # the request whose cursor the ghost text follows
+    since: float | None = None  # since when ghost text has been on screen without a gap
+    newest_key = newest_answer = -1
+    pauses: list[Pause] = []
+    shown = 0
+    for instant, kind, index in events:
+        record = records[index]
+        if kind == pause_end:
+            wait = None if since is None else max(0.0, (since - keystroke_s[index]) * 1000.0)
+            verdict = None if ghost is None or record.expect is None else judge(ghost, record.expect)[0]
+            pauses.append(Pause(record, ghost, wait, verdict))
+        elif kind == key:
+            newest_key = index
+            left = typed_along(ghost, anchor, record) if ghost is not None and anchor is not None else None
+            ghost, anchor = (left, record) if left else (None, None)
+            since = since if left else None
+        else:
+            later_key = stale_from[index]
+            if index < newest_key or (later_key is not None and instant >= later_key):
+                continue  # a newer keystroke was sent first: the editor dropped the answer
+            if index < newest_answer:
+                continue  # overtaken by a newer request's answer: the editor dropped it too
+            newest_answer = index
+            text = record.shown if record.outcome == "items" else None
+            if text:
+                shown += 1
+                since = instant if ghost is None else since
+                ghost, anchor = text, record
+            else:
+                ghost = anchor = since = None
+    return pauses, shown
+
+
+def pause_summary(records: Sequence[RequestRecord], keystrokes: int, chars_saved: int,
+                  pause_ms: float = PAUSE_MS) -> dict[str, Any]:  # fmt: skip
+    """The headline figures: what the user sees when they stop typing."""
+    pauses: list[Pause] = []
+    shown = 0
+    by_play: dict[int, list[RequestRecord]] = {}
+    for record in records:
+        by_play.setdefault(record.play, []).append(record)
+    for play_records in by_play.values():
+        found, count = screen_pauses(play_records, pause_ms)
+        pauses += found
+        shown += count
+    covered = [p for p in pauses if p.covered]
+    waits = [p.time_to_ghost_ms for p in covered if p.time_to_ghost_ms is not None]
+    judged = [p for p in pauses if p.record.expect is not None]
+    accepted = sum(p.accepted is True for p in judged)
+    return {
+        "pause_ms": pause_ms,
+        "count": len(pauses),
+        "covered": len(covered),
+        "coverage": len(covered) / len(pauses) if pauses else None,
+        "time_to_ghost_ms": {"p50": percentile(waits, 50), "p90": percentile(waits, 90)},
+        "accepted_at_pause": accepted,
+        # over the pauses with an expect, covered or not: how often the user found the right text waiting
+        "accepted_at_pause_rate": accepted / len(judged) if judged else None,
+        "suggestions_per_100_keystrokes": 100.0 * shown / keystrokes if keystrokes else None,
+        "chars_saved_per_keystroke": chars_saved / keystrokes if keystrokes else None,
+    }
+
+
+def summarize(result: ReplayResult, label: str | None = None, pause_ms: float = PAUSE_MS) -> dict[str, Any]:
+    """The report: the pause figures first, then counts per outcome, latency percentiles of answered
+    requests, acceptance (of the plays with `label` only, when given)."""
     records = [r for r in result.records if label is None or r.label == label]
     counts = {o: sum(r.outcome == o for r in records) for o in OUTCOMES}
     answered = [r.latency_ms for r in records if r.outcome in ("items", "null") and r.latency_ms is not None]
@@ -608,6 +815,7 @@ def summarize(result: ReplayResult, label: str | None = None) -> dict[str, Any]:
     keys = sum(n for name, n in result.keystrokes.items() if label is None or name == label)
     checked = [d for d in result.documents if d.ok is not None and (label is None or d.label == label)]
     return {
+        "pauses": pause_summary(records, keys, saved, pause_ms),
         "server": shlex.join(result.server),
         "speed": "max" if result.speed is None else result.speed,
         "sessions": len(result.sessions),
@@ -655,10 +863,32 @@ def format_table(summary: dict[str, Any]) -> str:
     def ms(value: float | None) -> str:
         return "-" if value is None else f"{value:.1f} ms"
 
+    def pct(value: float | None) -> str:
+        return "-" if value is None else f"{value:.1%}"
+
     lat = summary["latency_ms"]
     rate = summary["accepted_rate"]
     per_key = summary["chars_saved_per_keystroke"]
-    rows = [
+    pauses = summary["pauses"]
+    per_100 = pauses["suggestions_per_100_keystrokes"]
+    rows = [  # the pauses first: the moment the user looks for ghost text
+        (
+            f"pauses (>= {pauses['pause_ms']:.0f} ms)",
+            f"{pauses['count']}, ghost text at {pauses['covered']} ({pct(pauses['coverage'])})",
+        ),
+        (
+            "  time to ghost text p50 / p90",
+            " / ".join(ms(pauses["time_to_ghost_ms"][q]) for q in ("p50", "p90")),
+        ),
+        (
+            "  what was typed next",
+            f"{pauses['accepted_at_pause']} ({pct(pauses['accepted_at_pause_rate'])} of judged pauses)",
+        ),
+        ("suggestions shown / 100 keys", "-" if per_100 is None else f"{per_100:.1f}"),
+        (
+            "chars saved / keystroke",
+            "-" if per_key is None else f"{per_key:.3f} ({summary['chars_saved']} chars)",
+        ),
         ("server", summary["server"]),
         ("sessions / speed", f"{summary['sessions']} / {summary['speed']}"),
         ("inline requests", summary["requests"]),
@@ -672,10 +902,6 @@ def format_table(summary: dict[str, Any]) -> str:
             "shown / accepted",
             f"{summary['shown']} / {summary['accepted']}" + (f" ({rate:.1%})" if rate is not None else ""),
         ),  # fmt: skip
-        (
-            "chars saved / keystroke",
-            "-" if per_key is None else f"{per_key:.3f} ({summary['chars_saved']} chars)",
-        ),
         (
             "final text checked",
             f"{summary['documents_checked']} docs, {summary['documents_mismatched']} mismatched",
@@ -695,14 +921,52 @@ def format_table(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def plot_result(result: ReplayResult, path: str, title: str = "") -> None:
-    """Latency of every inline request over the replay, and the distribution of answered latencies."""
+def pause_waits(result: ReplayResult, label: str | None = None,
+                pause_ms: float = PAUSE_MS) -> tuple[list[float], int]:  # fmt: skip
+    """(time to ghost text of the covered pauses in ms, the number of pauses) of a replay's plays."""
+    by_play: dict[int, list[RequestRecord]] = {}
+    for record in result.records:
+        if label is None or record.label == label:
+            by_play.setdefault(record.play, []).append(record)
+    pauses = [p for records in by_play.values() for p in screen_pauses(records, pause_ms)[0]]
+    return [p.time_to_ghost_ms for p in pauses if p.time_to_ghost_ms is not None], len(pauses)
+
+
+def plot_pause_cdf(ax: Any, waits: list[float], count: int, label: str = "", until: float | None = None,
+                   **style: Any) -> None:  # fmt: skip
+    """The share of pauses with ghost text on screen by each time after the keystroke: the curve
+    levels off at the coverage (pauses never covered never arrive). It runs from 0 (ghost text that
+    stayed through the keystroke) to `until` ms (default: a little past the slowest)."""
+    if not count:
+        return
+    values = sorted(waits)
+    xs = [0.0, *values, until if until is not None else max(values, default=0.0) * 1.05 + 1.0]
+    ys = [sum(v <= 0.0 for v in values) / count, *((i + 1) / count for i in range(len(values)))]
+    ys.append(ys[-1])
+    text = f"{label} " if label else ""
+    ax.step(xs, ys, where="post", label=f"{text}{len(values)}/{count} covered", **style)
+
+
+def style_pause_axes(ax: Any, pause_ms: float) -> None:
+    ax.set_xlabel("keystroke -> ghost text on screen (ms)")
+    ax.set_ylabel("share of pauses with ghost text")
+    ax.set_ylim(0, 1.02)
+    ax.set_xlim(left=0)
+    ax.grid(True, alpha=0.3)
+    ax.set_title(f"at pauses (>= {pause_ms:.0f} ms without a keystroke)", fontsize=9)
+
+
+def plot_result(result: ReplayResult, path: str, title: str = "", pause_ms: float = PAUSE_MS) -> None:
+    """Latency of every inline request over the replay, the distribution of answered latencies, and the
+    time to ghost text at pauses."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (over_time, dist) = plt.subplots(1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [2, 1]})
+    fig, (over_time, dist, at_pause) = plt.subplots(
+        1, 3, figsize=(16, 4.4), gridspec_kw={"width_ratios": [2, 1, 1]}
+    )
     styles = {"items": ("tab:green", "o"), "null": ("tab:gray", "."), "cancelled": ("tab:orange", "x"),
               "error": ("tab:red", "s")}  # fmt: skip
     for outcome, (color, marker) in styles.items():
@@ -725,9 +989,20 @@ def plot_result(result: ReplayResult, path: str, title: str = "") -> None:
         dist.legend(fontsize=8)
     dist.set_xlabel("answered latency (ms)")
     dist.set_ylabel("requests")
+    waits, count = pause_waits(result, pause_ms=pause_ms)
+    plot_pause_cdf(at_pause, waits, count, color="tab:purple")
+    for q, style in ((50, "-"), (90, "--")):
+        value = percentile(waits, q)
+        if value is not None:
+            at_pause.axvline(
+                value, color="black", linestyle=style, linewidth=0.8, label=f"p{q} {value:.0f} ms"
+            )
+    if count:
+        at_pause.legend(loc="lower right", fontsize=8)
+    style_pause_axes(at_pause, pause_ms)
     fig.suptitle(title or f"replay: {len(result.sessions)} sessions, speed {result.speed or 'max'}")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, format="png")
     plt.close(fig)
 
 

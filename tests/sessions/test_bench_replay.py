@@ -1,0 +1,131 @@
+"""`codespec bench replay`: the variants' interleaved order, the report over any variant (LSP or not),
+a short run through two fake servers, and bad input that must leave no output behind."""
+
+from __future__ import annotations
+
+import pytest
+
+from codespec.cli import main
+from codespec.sessions.bench import BASELINE, Variant, bench_replay_async, bench_report, run_interleaved
+from codespec.sessions.files import text_writer, write_all
+from codespec.sessions.format import Session, make_header
+from codespec.sessions.replay import ReplayResult
+from tests.sessions.conftest import fake_server, truncated
+from tests.sessions.test_pauses import record
+
+
+def session_named(name: str) -> Session:
+    return Session(make_header(name, "python"), [])
+
+
+def fake_variants(names: list[str], order: list[tuple[str, str]]) -> list[Variant]:
+    """Variants that only note which session they were asked to play."""
+
+    def make(name: str) -> Variant:
+        async def play(session: Session) -> None:
+            order.append((session.name, name))
+
+        return Variant(name, play, ReplayResult(server=[name], speed=1.0))
+
+    return [make(name) for name in names]
+
+
+async def test_variants_play_session_by_session_in_rotating_order():
+    order: list[tuple[str, str]] = []
+    sessions = [session_named(f"s{i}") for i in range(1, 5)]
+    await run_interleaved(sessions, fake_variants(["plain", "speculative"], order))
+    assert order == [("s1", "plain"), ("s1", "speculative"), ("s2", "speculative"), ("s2", "plain"),
+                     ("s3", "plain"), ("s3", "speculative"), ("s4", "speculative"), ("s4", "plain")]  # fmt: skip
+    order.clear()
+    three = ["plain", "speculative", "llama-server /infill"]
+    await run_interleaved(sessions[:3], fake_variants(three, order))
+    assert [name for _, name in order[:3]] == three  # session 1 in the given order
+    assert [session for session, _ in order] == ["s1"] * 3 + ["s2"] * 3 + ["s3"] * 3
+    for place in range(3):  # over three sessions every variant takes every place once
+        assert sorted(order[3 * s + place][1] for s in range(3)) == sorted(three)
+
+
+async def test_the_report_takes_any_variant_and_gives_pause_ratios_to_plain():
+    """A variant that is not an LSP server (the hook for llama-server /infill): it fills RequestRecords."""
+
+    def variant(name: str, answer: float) -> Variant:
+        result = ReplayResult(server=[name], speed=1.0)
+
+        async def play(session: Session) -> None:
+            made = record(1, "x = ", key=1.0, answer=answer, shown="foo()", gap_ms=800, next_key=1.8)
+            made.label = name
+            result.records.append(made)
+            result.keystrokes[name] = result.keystrokes.get(name, 0) + 1
+
+        return Variant(name, play, result)
+
+    variants = [variant(BASELINE, 1.4), variant("speculative", 1.1), variant("llama-server /infill", 1.2)]
+    await run_interleaved([session_named("s1")], variants)
+    report = bench_report(variants)
+    assert list(report["variants"]) == [BASELINE, "speculative", "llama-server /infill"]
+    assert report["variants"]["speculative"]["pauses"]["covered"] == 1
+    ratios = report["ratios"]
+    assert ratios["speculative/plain time to ghost text p50"] == pytest.approx(0.25)
+    assert ratios["llama-server /infill/plain time to ghost text p50"] == pytest.approx(0.5)
+    assert ratios["speculative/plain coverage"] == pytest.approx(1.0)
+    assert ratios["speculative/plain typed next at pause"] is None  # no expect: nothing judged
+
+
+async def test_a_short_interleaved_run_through_two_servers(small_sessions):
+    sessions = [truncated(s, 6) for s in small_sessions[:2]]
+    plain = fake_server("--delay", "0.005", "--suggestion", "plain")
+    speculative = fake_server("--delay", "0.005", "--suggestion", "spec")
+    report = await bench_replay_async(sessions, speculative, plain, speed=None, drain_timeout_s=30)
+    assert list(report["variants"]) == ["plain", "speculative", "speculative cold"]
+    for name, summary in report["variants"].items():
+        assert summary["requests"] == sum(len(s.inline_requests()) for s in sessions)
+        assert summary["keystrokes"] == sum(s.keystrokes() for s in sessions)
+        assert summary["errors"] == summary["missing"] == summary["documents_mismatched"] == 0
+        shown = {r.shown for r in report["results"][name].records if r.label == name}
+        assert shown == {"plain" if name == "plain" else "spec"}
+    # the speculative server played its two variants; plays are numbered in the order it played them
+    spec = report["results"]["speculative"]
+    played = [(r.session, r.label) for r in spec.records if r.keystroke_s is not None]
+    assert list(dict.fromkeys(played)) == [(sessions[0].name, "speculative"), (sessions[0].name, "speculative cold"),
+                                           (sessions[1].name, "speculative"), (sessions[1].name, "speculative cold")]  # fmt: skip
+    assert "speculative/plain coverage" in report["ratios"]
+
+
+BAD_SESSIONS = {
+    "unknown-version": '{"format": "codespec-session", "version": 9, "source": "x", "language": "python"}\n',
+    "not-json": '{"format": "codespec-session", "version": 1, "source": "x", "language": "python"}\n{"t": 0,\n',
+    "bad-change": '{"format": "codespec-session", "version": 1, "source": "x", "language": "python"}\n'
+    '{"t": 0, "send": {"method": "textDocument/didOpen", "params": {"textDocument": "file:///a.py"}}}\n',
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_SESSIONS))
+def test_a_bad_session_is_one_line_on_stderr_and_no_output(tmp_path, capsys, kind, corpus_paths):
+    bad = tmp_path / f"{kind}.jsonl"
+    bad.write_text(BAD_SESSIONS[kind], encoding="utf-8")
+    out = tmp_path / "out"
+    server = " ".join(fake_server("--delay", "0.005"))
+    # a good session first: nothing may be replayed or written before the bad one is found
+    code = main(["replay", str(corpus_paths[0]), str(bad), "--server", server, "--speed", "max", "--json",
+                 "--plot", str(out / "r.png"), "--records", str(out / "r.jsonl")])  # fmt: skip
+    captured = capsys.readouterr()
+    assert code != 0 and captured.out == ""
+    assert len(captured.err.strip().splitlines()) == 1 and str(bad) in captured.err
+    assert not out.exists()
+    code = main(["bench", "replay", str(bad), "--out", str(out), "--markdown", str(out / "b.md")])
+    captured = capsys.readouterr()
+    assert code != 0 and len(captured.err.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_output_files_appear_all_at_once_or_not_at_all(tmp_path):
+    def broken(path):
+        path.write_text("half a plot")
+        raise RuntimeError("the plot failed")
+
+    (tmp_path / "old.json").write_text("the previous run")
+    with pytest.raises(RuntimeError):
+        write_all({tmp_path / "old.json": text_writer("new"), tmp_path / "plot.png": broken})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old.json"]  # no temporary left either
+    assert (tmp_path / "old.json").read_text() == "the previous run"
+    write_all({tmp_path / "old.json": text_writer("new"), tmp_path / "sub" / "r.jsonl": text_writer("x")})
+    assert (tmp_path / "old.json").read_text() == "new" and (tmp_path / "sub" / "r.jsonl").read_text() == "x"
