@@ -11,28 +11,24 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 
 import torch
-from transformers import DynamicCache
 
-from codespec.eagle import EagleHead, EagleProposer, FeatureBuffer
+from codespec.eagle import EagleHead, EagleProposer
 from codespec.errors import CodespecError
 from codespec.proposers import (
     CombinedProposer,
+    CostAwareLength,
     Draft,
     DraftModelConfig,
     DraftModelProposer,
     LookupConfig,
     LookupProposer,
     Proposer,
-    common_prefix_len,
-    rollback_cache,
 )
+from codespec.runtimes import Runtime
+from codespec.runtimes.torch_runtime import TorchRuntime
 from codespec.sampling import Sampler
 
 DRAFTING_MODES = ("none", "lookup", "model", "both")
-# Prompt tokens per prefill forward. A cancel is seen between chunks, so a superseded request stops within
-# one chunk instead of finishing a whole prompt (~1.3 s for 64 tokens of the 0.5B on a slow 2-core CPU);
-# on CUDA a forward's fixed cost is what matters, hence bigger chunks there.
-PREFILL_CHUNK = {"cpu": 64, "cuda": 512}
 StopFn = Callable[[str], int | None]
 
 
@@ -133,40 +129,40 @@ class Engine:
         stop_token_ids: Sequence[int] | None = None,
         prefill_chunk: int | None = None,
     ) -> None:
-        """`target` / `draft` are LoadedModel-like objects (with .model and .tokenizer) or bare HF models.
-        `prefill_chunk`: prompt tokens per prefill forward (default by device, PREFILL_CHUNK)."""
-        self.target = _model_of(target)
+        """`target` / `draft` are LoadedModel-like objects (with .model and .tokenizer), bare HF models, or
+        (the target) a Runtime. `prefill_chunk`: prompt tokens per prefill forward (default: the runtime's)."""
+        model = _model_of(target)
+        self.runtime: Runtime = model if isinstance(model, Runtime) else TorchRuntime(model)
         self.tokenizer = getattr(target, "tokenizer", None)
-        self.device = next(self.target.parameters()).device
-        if prefill_chunk is None:
-            prefill_chunk = PREFILL_CHUNK.get(self.device.type, PREFILL_CHUNK["cpu"])
-        self.prefill_chunk = prefill_chunk
-        if self.prefill_chunk < 1:
-            raise CodespecError(f"prefill_chunk must be >= 1, got {prefill_chunk}")
+        if prefill_chunk is not None:
+            if prefill_chunk < 1:
+                raise CodespecError(f"prefill_chunk must be >= 1, got {prefill_chunk}")
+            self.runtime.prefill_chunk = prefill_chunk
         self.draft_model = _model_of(draft) if draft is not None else None
         if drafting not in DRAFTING_MODES:
             raise CodespecError(f"unknown drafting mode {drafting!r}; use one of {', '.join(DRAFTING_MODES)}")
         if drafting in ("model", "both") and self.draft_model is None:
             raise CodespecError(f"drafting {drafting!r} needs a draft model")
         if self.draft_model is not None and not isinstance(self.draft_model, EagleHead):
-            _check_same_vocabulary(target, draft)
+            _check_same_vocabulary(target, draft, self.runtime.vocab_size)
         self.drafting = drafting
         self.step_delay_s = step_delay_s
         self.lookup = LookupProposer(lookup)
-        # The target's last hidden state at every cached position, kept only for a drafter that reads it.
-        self.features = FeatureBuffer()
         self.stop_token_ids = set(stop_token_ids if stop_token_ids is not None else _default_stops(self))
         self.model_drafter = self.drafter_for(draft, draft_config) if draft is not None else None
-        self.max_positions = getattr(self.target.config, "max_position_embeddings", None)
-        self._cache: DynamicCache | None = None
-        self._cached: list[int] = []  # tokens whose keys/values the target cache holds
+        self.max_positions = self.runtime.max_positions
+        # None: verify every draft the drafter offers; set by calibrate() from the runtime's cost curve.
+        self.draft_length: CostAwareLength | None = None
 
     def drafter_for(self, draft, config: DraftModelConfig | None = None) -> DraftModelProposer | EagleProposer:
         """The drafter of a draft model, or of an EAGLE head (which drafts from this engine's target features)."""
         model = _model_of(draft)
         # A draft ends at a token that ends the generation.
         if isinstance(model, EagleHead):
-            return EagleProposer(model.attach(self.target), self.features, config, stop_ids=self.stop_token_ids)
+            if not isinstance(self.runtime, TorchRuntime):
+                raise CodespecError("an EAGLE head drafts from the target's features: it needs the torch runtime")
+            return EagleProposer(model.attach(self.runtime.model), self.runtime.features, config,
+                                 stop_ids=self.stop_token_ids)
         return DraftModelProposer(model, config, stop_ids=self.stop_token_ids)
 
     @property
@@ -184,9 +180,12 @@ class Engine:
             return self.model_drafter
         return CombinedProposer(self.lookup, self.model_drafter)
 
+    @property
+    def prefill_chunk(self) -> int:
+        return self.runtime.prefill_chunk
+
     def reset_cache(self) -> None:
-        self._cache, self._cached = None, []
-        self.features.truncate(0)
+        self.runtime.reset()
         if self.model_drafter is not None:
             self.model_drafter.reset()
 
@@ -238,6 +237,8 @@ class Engine:
         finish = None if self._prefill(prompt, stats, cancel) else "cancelled"
         if proposer is not None and finish is None:
             proposer.begin(prompt, extra_streams)
+            if self.draft_length is not None:
+                self.draft_length.begin()
         ids = list(prompt)
         generated: list[int] = []
         stop_token = None
@@ -285,14 +286,12 @@ class Engine:
         """Fill the target cache with prompt[:-1], reusing the shared prefix of the previous call, in chunks;
         False when cancelled between two (the chunks done stay cached: the next prompt may share them)."""
         t0 = time.perf_counter()
-        keep = min(common_prefix_len(self._cached, prompt), len(prompt) - 1)
-        # Positions cached while no drafter wanted features have none: they are computed again.
-        keep = min(keep, len(self.features)) if self.collects_features else keep
-        if self._cache is None:
-            self._cache, keep = DynamicCache(), 0
-        rollback_cache(self._cache, keep)
-        self._cached = prompt[:keep]
-        self.features.truncate(keep if self.collects_features else 0)
+        if isinstance(self.runtime, TorchRuntime):
+            # Decided per call: the drafter may have been swapped since the last one.
+            if self.runtime.collect_features != self.collects_features:
+                self.runtime.collect_features = self.collects_features
+                self.runtime.features.truncate(0)
+        keep = self.runtime.sync(prompt[:-1])
         stats.reused_tokens = keep
         stats.prefill_tokens = len(prompt) - keep
         complete = True
@@ -301,28 +300,10 @@ class Engine:
                 complete = False
                 stats.prefill_tokens = start - keep
                 break
-            self._forward(prompt[start : min(start + self.prefill_chunk, len(prompt) - 1)], logits=1)
+            self.runtime.forward(prompt[start : min(start + self.prefill_chunk, len(prompt) - 1)], logits=1)
             _count_if_cancelled(cancel, stats)
         stats.prefill_s = time.perf_counter() - t0
         return complete
-
-    def _forward(self, tokens: list[int], logits: int) -> torch.Tensor:
-        input_ids = torch.tensor([tokens], device=self.device)
-        if self.collects_features:
-            # The trunk and the LM head apart, to keep the last hidden states (what the LM head reads).
-            hidden = self.target.base_model(input_ids=input_ids, past_key_values=self._cache,
-                                            use_cache=True).last_hidden_state
-            self.features.append(hidden[0])
-            self._cached.extend(tokens)
-            return self.target.get_output_embeddings()(hidden[0, -logits:]).float()
-        out = self.target(
-            input_ids=input_ids,
-            past_key_values=self._cache,
-            use_cache=True,
-            logits_to_keep=logits,
-        )
-        self._cached.extend(tokens)
-        return out.logits[0].float()
 
     def _step(self, ids: list[int], budget: int, sampler: Sampler, proposer: Proposer | None,
               stats: GenerationStats) -> list[int]:
@@ -331,17 +312,24 @@ class Engine:
         # The target's own token always comes on top of the drafts, so never draft the last budget slot.
         draft = proposer.propose(ids, budget - 1, sampler) if proposer is not None else None
         drafts = draft.tokens[: budget - 1] if draft else []
-        logits = self._forward([ids[-1], *drafts], logits=len(drafts) + 1)
+        if drafts and self.draft_length is not None:
+            # Verify only as many as pay on this runtime's cost curve; a skipped draft is still scored.
+            key = draft.key or draft.source
+            keep = self.draft_length.length(key, len(drafts))
+            if keep == 0:
+                self.draft_length.skipped(len(ids), drafts, key)
+            drafts = drafts[:keep]
+        logits = self.runtime.forward([ids[-1], *drafts], logits=len(drafts) + 1)
         stats.target_forwards += 1
         if sampler.greedy:
             accepted, next_token = _verify_greedy(drafts, logits)
         else:
             accepted, next_token = _verify_sampling(draft, drafts, logits, sampler)
-        rollback_cache(self._cache, len(ids) + accepted)
-        del self._cached[len(ids) + accepted :]
-        self.features.truncate(len(ids) + accepted)
+        self.runtime.truncate(len(ids) + accepted)
         if drafts:
             source = draft.source
+            if self.draft_length is not None:
+                self.draft_length.update(draft.key or source, len(drafts), accepted)
             stats.drafted += len(drafts)
             stats.accepted += accepted
             stats.drafted_by[source] = stats.drafted_by.get(source, 0) + len(drafts)
@@ -349,7 +337,16 @@ class Engine:
             proposer.feedback(len(drafts), accepted)
         new_tokens = [*drafts[:accepted], next_token]
         ids.extend(new_tokens)
+        if self.draft_length is not None:
+            self.draft_length.observe(ids)
         return new_tokens
+
+    def calibrate(self, **kwargs) -> CostAwareLength:
+        """Measure the target's cost curve (Runtime.calibrate) and verify drafts only where they pay."""
+        self.reset_cache()
+        curve = self.runtime.calibrate(**kwargs)
+        self.draft_length = CostAwareLength(curve.cost)
+        return self.draft_length
 
     def _decode_text(self, tokens: list[int]) -> str:
         text = self.tokenizer_decode(tokens)
@@ -400,23 +397,24 @@ def _verify_sampling(draft: Draft | None, drafts: list[int], logits: torch.Tenso
 
 def _model_of(obj):
     # A LoadedModel wraps the HF model; a bare HF causal LM is used as it is (its `.model` is the trunk).
-    return obj if isinstance(obj, torch.nn.Module) else obj.model
+    return obj if isinstance(obj, torch.nn.Module | Runtime) else obj.model
 
 
-def _check_same_vocabulary(target, draft) -> None:
+def _check_same_vocabulary(target, draft, target_vocab: int) -> None:
     """Drafts are token ids of the target's vocabulary: a draft model with another tokenizer cannot work."""
     target_tok, draft_tok = getattr(target, "tokenizer", None), getattr(draft, "tokenizer", None)
     if target_tok is not None and draft_tok is not None and target_tok is not draft_tok:
         same = len(target_tok) == len(draft_tok) and target_tok.get_vocab() == draft_tok.get_vocab()
     else:
-        same = _model_of(target).config.vocab_size == _model_of(draft).config.vocab_size
+        same = target_vocab == _model_of(draft).config.vocab_size
     if not same:
         raise CodespecError("the draft model does not share the target's tokenizer; pick a draft of the same family")
 
 
 def _default_stops(engine: Engine) -> list[int]:
     if engine.tokenizer is None:
-        eos = getattr(engine.target.config, "eos_token_id", None)
+        eos = getattr(getattr(engine.runtime, "model", None), "config", None)
+        eos = getattr(eos, "eos_token_id", None)
         return [eos] if isinstance(eos, int) else list(eos or [])
     from codespec.models import stop_token_ids
 

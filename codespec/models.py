@@ -41,6 +41,7 @@ MARKER_NAME = "codespec-cache.json"  # written last: its presence means the dire
 CACHE_FORMAT = 1
 TEMP_PREFIX = ".tmp-"
 LOCK_NAME = ".convert.lock"
+GGUF_NAME = "model.gguf"  # the assembled GGUF in a `<name>-gguf` cache directory
 MAKE_TARGET = "make models"
 CHUNK = 8 << 20
 
@@ -641,6 +642,49 @@ def ensure_gguf_file(path: Path, *, progress: bool = True) -> Path:
     return report.path
 
 
+def ensure_bundled_gguf(name: str, *, progress: bool = True) -> Path:
+    """`bundled:<name>` as an assembled GGUF (for the llama.cpp runtime, which reads GGUF directly) with its
+    tokenizer beside it, in the cache; assembled once, atomically, like the HF conversion."""
+    bundle = BUNDLED[name]
+    final = cache_root() / f"{name}-gguf"
+    if check_cache(final, bundle.sha256).state != "converted":
+        parts = locate_parts(bundle)
+
+        def build(scratch: Path, out_dir: Path) -> None:
+            out_dir.mkdir(parents=True)
+            assemble_gguf(parts, out_dir / GGUF_NAME, bundle.sha256, progress=progress)
+            _save_gguf_tokenizer(out_dir / GGUF_NAME, out_dir)
+
+        _build_cache(final, bundle.sha256, build, needed_bytes=sum(p.stat().st_size for p in parts) * 2,
+                     marker={"spec": f"bundled:{name}", "upstream": bundle.upstream, "dtype": "gguf"})
+    return final / GGUF_NAME
+
+
+def ensure_gguf_tokenizer(path: Path, *, progress: bool = True) -> Path:
+    """The HF tokenizer of a user's .gguf (the llama.cpp runtime loads the weights from the file itself),
+    saved once into the cache keyed by the file's sha256."""
+    from tqdm import tqdm
+
+    with tqdm(total=path.stat().st_size, unit="B", unit_scale=True, desc="hashing GGUF", disable=not progress,
+              file=sys.stderr) as bar:
+        sha = _sha256_file(path, bar.update)
+    final = cache_root() / f"tokenizer-{re.sub(r'[^A-Za-z0-9_.-]', '_', path.stem)}-{sha[:12]}"
+    if check_cache(final, sha).state != "converted":
+        _build_cache(final, sha, lambda scratch, out_dir: _save_gguf_tokenizer(path, out_dir),
+                     needed_bytes=64 << 20, marker={"spec": str(path), "dtype": "tokenizer"})
+    return final
+
+
+def _save_gguf_tokenizer(gguf_path: Path, out_dir: Path) -> None:
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
+    except Exception as exc:  # an architecture or tokenizer transformers cannot read from GGUF
+        raise CodespecError(f"cannot read the tokenizer of {gguf_path.name}: {_first_line(exc)}") from exc
+    tokenizer.save_pretrained(str(out_dir))
+
+
 def _build_cache(
     final: Path,
     source_sha256: str,
@@ -665,9 +709,8 @@ def _build_cache(
             build(scratch, out_dir)
             _write_marker(
                 out_dir,
-                **marker,
+                **{"dtype": "float32", **marker},
                 source_sha256=source_sha256,
-                dtype="float32",
                 transformers=_transformers_version(),
             )
             _install_atomically(out_dir, final, scratch)
@@ -732,15 +775,21 @@ def load_model(
     dtype: str | torch.dtype = "auto",
     threads: int | None = None,
     progress: bool = True,
+    runtime: str = "torch",
 ) -> LoadedModel:
-    """Load a model by spec (see the module docstring); bundled models are converted on first use."""
+    """Load a model by spec (see the module docstring); bundled models are converted on first use.
+    `runtime`: torch (transformers), llamacpp (a GGUF-backed spec on llama.cpp's CPU kernels) or auto."""
     import torch
+
+    from codespec.runtimes import resolve_runtime
 
     if threads is not None:
         if threads < 1:
             raise CodespecError(f"threads must be >= 1, got {threads}")
         torch.set_num_threads(threads)
     parsed = parse_spec(spec)
+    if resolve_runtime(runtime, spec, device) == "llamacpp":
+        return _load_llamacpp(spec, parsed, device, dtype, threads, progress)
     target_device = resolve_device(device)
     target_dtype = resolve_dtype(dtype, target_device)
     if parsed.kind == "tiny":
@@ -759,6 +808,37 @@ def load_model(
         return _load_hub(spec, parsed, target_device, target_dtype)
     model, tokenizer = _load_hf_dir(path, target_device, target_dtype, spec)
     return _wrap(model, tokenizer, spec, target_device, target_dtype, name, path)
+
+
+def _load_llamacpp(spec: str, parsed: ModelSpec, device: str | torch.device, dtype: str | torch.dtype,
+                   threads: int | None, progress: bool) -> LoadedModel:
+    """A GGUF target on llama.cpp: the bundled GGUF assembled once into the cache, or a user's .gguf file."""
+    from transformers import AutoTokenizer
+
+    from codespec.runtimes.llamacpp import LlamaCppRuntime
+
+    if resolve_device(device).type != "cpu":
+        raise CodespecError("the llamacpp runtime runs on the CPU here: use --runtime torch for a GPU")
+    if str(dtype) not in ("auto", "", "None"):
+        raise CodespecError(f"--dtype {dtype} is for the torch runtime; llama.cpp computes in the GGUF's own "
+                            "weight format")
+    if parsed.kind == "bundled":
+        gguf_path = ensure_bundled_gguf(parsed.name, progress=progress)
+        runtime = LlamaCppRuntime(gguf_path, threads=threads)
+        tokenizer_dir, name = gguf_path.parent, parsed.name
+    elif parsed.kind == "gguf":
+        assert parsed.path is not None
+        gguf_path, name = parsed.path, parsed.path.stem
+        runtime = LlamaCppRuntime(gguf_path, threads=threads)  # first: a missing build fails before hashing
+        tokenizer_dir = ensure_gguf_tokenizer(parsed.path, progress=progress)
+    else:
+        raise CodespecError(f"the llamacpp runtime loads GGUF files: {spec!r} is not one (use --runtime torch)")
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir), local_files_only=True)
+    import torch
+
+    return LoadedModel(model=runtime, tokenizer=tokenizer, spec=spec, device=torch.device("cpu"),  # type: ignore[arg-type]
+                       dtype=torch.float32, name=name, path=gguf_path, max_context=runtime.max_positions,
+                       stop_ids=stop_token_ids(tokenizer))
 
 
 def _load_tiny(spec: str, parsed: ModelSpec, device: torch.device, dtype: torch.dtype) -> LoadedModel:

@@ -5,7 +5,7 @@ target accepted. Verification lives in the engine; a drafter can never change th
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -22,6 +22,8 @@ class Draft:
     # (a lookup draft proposes one token with certainty).
     probs: torch.Tensor | None
     source: str
+    # What its acceptance is tracked by (the cost-aware length): a lookup draft's match length, for example.
+    key: str = ""
 
 
 class Proposer(Protocol):
@@ -150,7 +152,9 @@ class LookupProposer:
                 length = min(length, self._limit, max_tokens)
                 tokens = index.tokens[end + 1 : end + 1 + length]
                 if tokens:
-                    return Draft(tokens=list(tokens), probs=None, source=self.name)
+                    # Acceptance rises with the match length: long matches are tracked apart from short ones.
+                    key = f"{self.name}:{min(matched, 8) if matched < 8 else '8+'}"
+                    return Draft(tokens=list(tokens), probs=None, source=self.name, key=key)
         return None
 
     @staticmethod
@@ -285,3 +289,70 @@ def rollback_cache(cache: DynamicCache, length: int) -> None:
     extra = cache.get_seq_length() - length
     if extra > 0:
         cache.crop(-extra)
+
+
+class CostAwareLength:
+    """How many of a draft's tokens to verify, from the target's cost curve and the acceptance seen so far.
+
+    A draft of k tokens whose tokens are each accepted with probability a (given the previous ones were)
+    yields E(k) = (1 - a^(k+1)) / (1 - a) tokens per forward over k + 1 tokens, at cost(k + 1). The length
+    maximising E(k) / cost(k + 1) is verified; 0 (no draft: a plain step) when none beats 1 / cost(1).
+    Acceptance is estimated per draft key (the drafter and, for lookup, the match length). A draft that was
+    not verified is still scored against the tokens the target goes on to produce (`observe`), so a key
+    that is skipped keeps being measured and comes back when it would pay."""
+
+    def __init__(self, cost: Callable[[int], float], prior: float = 0.6, prior_weight: float = 2.0,
+                 memory: float = 64.0) -> None:
+        self.cost = cost
+        self.prior, self.prior_weight, self.memory = prior, prior_weight, memory
+        self._counts: dict[str, tuple[float, float]] = {}  # key -> (accepted, trials)
+        self._shadow: tuple[int, list[int], str] | None = None  # (position, tokens, key) of a skipped draft
+
+    def acceptance(self, key: str) -> float:
+        accepted, trials = self._counts.get(key, (0.0, 0.0))
+        return (accepted + self.prior * self.prior_weight) / (trials + self.prior_weight)
+
+    def length(self, key: str, available: int) -> int:
+        a = min(self.acceptance(key), 0.999)
+        best, best_rate = 0, 1.0 / self.cost(1)
+        expected = 1.0
+        for k in range(1, available + 1):
+            expected += a**k
+            rate = expected / self.cost(k + 1)
+            if rate > best_rate:
+                best, best_rate = k, rate
+        return best
+
+    def update(self, key: str, drafted: int, accepted: int) -> None:
+        """A verified draft: `accepted` of its first `drafted` tokens agreed with the target."""
+        if drafted <= 0:
+            return
+        hits, trials = self._counts.get(key, (0.0, 0.0))
+        hits, trials = hits + accepted, trials + accepted + (1 if accepted < drafted else 0)
+        if trials > self.memory:  # recent behaviour counts more: acceptance changes with the code
+            hits, trials = hits * self.memory / trials, self.memory
+        self._counts[key] = (hits, trials)
+
+    def begin(self) -> None:
+        """A new sequence: a skipped draft of the previous one can no longer be scored."""
+        self._shadow = None
+
+    def skipped(self, position: int, tokens: Sequence[int], key: str) -> None:
+        """A draft for `position` (the index its first token would have had) was not verified."""
+        self._shadow = (position, list(tokens), key)
+
+    def observe(self, ids: Sequence[int]) -> None:
+        """Score the last skipped draft against the sequence the target produced, once it can be."""
+        if self._shadow is None:
+            return
+        position, tokens, key = self._shadow
+        produced = ids[position : position + len(tokens)]
+        agree = 0
+        while agree < len(produced) and produced[agree] == tokens[agree]:
+            agree += 1
+        if agree < len(produced) or len(produced) == len(tokens):
+            self.update(key, len(tokens), agree)
+            self._shadow = None
+
+    def to_dict(self) -> dict[str, float]:
+        return {key: round(self.acceptance(key), 3) for key in sorted(self._counts)}

@@ -4,9 +4,11 @@ Shared by `codespec generate`, `codespec complete`, the server and the benchmark
 from __future__ import annotations
 
 import argparse
+import sys
 
 from codespec.engine import DRAFTING_MODES, Engine
 from codespec.errors import CodespecError
+from codespec.runtimes import RUNTIMES
 
 
 def resolve_models(
@@ -53,16 +55,45 @@ def load_engine(
     device: str = "auto",
     dtype: str = "auto",
     threads: int | None = None,
+    runtime: str = "auto",
     step_delay_s: float = 0.0,
     progress: bool = True,
+    degrade: bool = False,
+    calibrate: bool = True,
 ) -> Engine:
+    """The one way options become an engine (`serve`, `generate`, `complete`, `demo`, the benchmarks).
+    `degrade` (the server): a drafting mode without its draft falls back, and a llama.cpp runtime that
+    fails to load falls back to torch, saying so on stderr and in `engine.codespec_models`. `calibrate`:
+    measure the target's cost curve (once per machine, cached) and verify drafts only where they pay."""
     from codespec.models import load_model
+    from codespec.runtimes import resolve_runtime
 
-    target_spec, draft_spec, drafting = resolve_models(model, draft_model, drafting, device)
-    target = load_model(target_spec, device=device, dtype=dtype, threads=threads, progress=progress)
+    target_spec, draft_spec, drafting = resolve_models(model, draft_model, drafting, device, degrade=degrade)
+    chosen = resolve_runtime(runtime, target_spec, device)
+    fallback = None
+    try:
+        target = load_model(target_spec, device=device, dtype=dtype, threads=threads, progress=progress,
+                            runtime=chosen)
+    except CodespecError as exc:
+        if chosen != "llamacpp" or not degrade:
+            raise
+        fallback = f"llamacpp runtime unavailable ({exc}); using torch"
+        print(f"codespec: {fallback}", file=sys.stderr)
+        chosen = "torch"
+        target = load_model(target_spec, device=device, dtype=dtype, threads=threads, progress=progress)
     draft = load_model(draft_spec, device=device, dtype=dtype, progress=progress) if draft_spec else None
-    return Engine(target, draft, drafting=drafting, step_delay_s=step_delay_s,
-                  stop_token_ids=getattr(target, "stop_ids", None) or None)
+    engine = Engine(target, draft, drafting=drafting, step_delay_s=step_delay_s,
+                    stop_token_ids=getattr(target, "stop_ids", None) or None)
+    if calibrate and drafting != "none":
+        from codespec.models import cache_root
+        from codespec.proposers import CostAwareLength
+        from codespec.runtimes import cached_cost_curve
+
+        curve = cached_cost_curve(engine.runtime, target_spec, cache_root() / "cost-curves.json")
+        engine.draft_length = CostAwareLength(curve.cost)
+    engine.codespec_models = {"model": target_spec, "draftModel": draft_spec, "drafting": drafting,
+                              "runtime": chosen, "runtimeFallback": fallback}
+    return engine
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
@@ -70,10 +101,13 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--draft-model", help="draft model spec for --draft model/both")
     parser.add_argument("--draft", choices=DRAFTING_MODES, help="drafting: none (plain greedy), lookup, model, both")
     parser.add_argument("--device", default="auto", help="auto (cuda if present), cpu, cuda, cuda:N")
-    parser.add_argument("--dtype", default="auto", help="auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16")
-    parser.add_argument("--threads", type=int, help="CPU threads for torch")
+    parser.add_argument("--runtime", default="auto", choices=RUNTIMES,
+                        help="auto (llama.cpp for a GGUF-backed model on a CPU, else torch), torch, llamacpp")
+    parser.add_argument("--dtype", default="auto",
+                        help="torch runtime: auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16")
+    parser.add_argument("--threads", type=int, help="CPU threads")
 
 
 def engine_from_args(args: argparse.Namespace, **kwargs) -> Engine:
     return load_engine(args.model, args.draft_model, args.draft, device=args.device, dtype=args.dtype,
-                       threads=args.threads, **kwargs)
+                       threads=args.threads, runtime=args.runtime, **kwargs)

@@ -29,6 +29,9 @@ def register(subparsers: argparse._SubParsersAction, name: str, help: str) -> No
     parser.add_argument("--draft-model", help='draft model spec, or "none"')
     parser.add_argument("--draft", choices=["none", "lookup", "model", "both"], help="drafting mode")
     parser.add_argument("--device", help="auto | cpu | cuda | cuda:N | mps")
+    parser.add_argument("--runtime", choices=["auto", "torch", "llamacpp"],
+                        help="auto (llama.cpp for a GGUF-backed model on a CPU, else torch), torch, llamacpp")
+    parser.add_argument("--dtype", help="torch runtime: auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16")
     parser.add_argument("--threads", type=int, help="CPU threads for the model")
     parser.add_argument("--load", choices=["eager", "lazy"], help="load models at start or on first request")
     parser.add_argument("--max-tokens", type=int, help="max new tokens per suggestion")
@@ -48,6 +51,8 @@ def options_from_args(args: argparse.Namespace):
         "draftModel": ("--draft-model", args.draft_model),
         "drafting": ("--draft", args.draft),
         "device": ("--device", args.device),
+        "runtime": ("--runtime", args.runtime),
+        "dtype": ("--dtype", args.dtype),
         "threads": ("--threads", args.threads),
         "loadModels": ("--load", args.load),
         "maxTokens": ("--max-tokens", args.max_tokens),

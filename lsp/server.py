@@ -269,15 +269,11 @@ class CodespecServer(LanguageServer):
 
 def build_engine(options: ServerOptions) -> Any:
     """Model worker thread: load the target (and draft) and build the engine."""
-    from codespec.engine import Engine
-    from codespec.models import load_model
+    from codespec.runtime import load_engine
 
-    target_spec, draft_spec, drafting = options.resolved_models()
-    target = load_model(target_spec, device=options.device, threads=options.threads)
-    draft = load_model(draft_spec, device=options.device, threads=options.threads) if draft_spec else None
-    engine = Engine(target, draft, drafting=drafting, step_delay_s=options.step_delay_s)
-    engine.codespec_models = {"model": target_spec, "draftModel": draft_spec, "drafting": drafting}
-    return engine
+    o = options
+    return load_engine(o.model, o.draft_model, o.drafting, device=o.device, dtype=o.dtype, threads=o.threads,
+                       runtime=o.runtime, step_delay_s=o.step_delay_s, degrade=True)
 
 
 def set_log_level(level: str) -> None:

@@ -37,7 +37,9 @@ def gguf_tensor_name(hf_name: str) -> str:
     return f"blk.{layer}.{LAYER_TENSORS[rest]}"
 
 
-def write_tiny_gguf(path: Path, seed: int = 0) -> Path:
+def write_tiny_gguf(path: Path, seed: int = 0, *, merges: bool = False) -> Path:
+    """`merges`: add a one-pair BPE merge list, which llama.cpp insists on to load a gpt2-style vocabulary
+    (codespec feeds it token ids, never text, so the pair is never used)."""
     model, tokenizer = tiny_model(seed), tiny_tokenizer()
     config = model.config
     writer = gguf.GGUFWriter(str(path), "qwen2")
@@ -59,6 +61,8 @@ def write_tiny_gguf(path: Path, seed: int = 0) -> Path:
     writer.add_token_list([token for token, _ in vocab])
     writer.add_token_types([3 if token in special else 1 for token, _ in vocab])  # 3: CONTROL
     writer.add_token_scores([0.0] * len(vocab))  # no merges: none can be derived from a byte vocabulary
+    if merges:
+        writer.add_token_merges(["\u0120 \u0120"])
     writer.add_eos_token_id(tokenizer.eos_token_id)
     writer.add_pad_token_id(tokenizer.pad_token_id)
     writer.add_add_bos_token(False)

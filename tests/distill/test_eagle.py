@@ -66,7 +66,7 @@ def test_a_trained_head_drafts_tokens_the_target_accepts_and_greedy_output_is_un
         for drafting in ("model", "both"):
             result = engine.generate(prompt, max_new_tokens=24, drafting=drafting)
             assert result.token_ids == expected
-        assert len(engine.features) == len(engine._cached)  # one feature per cached target position
+        assert len(engine.runtime.features) == len(engine.runtime.cached)  # one feature per cached target position
         accepted += result.stats.accepted_by.get("eagle", 0)
     assert accepted > 0
 
@@ -84,11 +84,11 @@ def test_features_missing_from_a_reused_cache_are_computed_again():
     engine = Engine(target, None, drafting="none", stop_token_ids=[])
     prompt = list(range(10, 40))
     plain = engine.generate(prompt, max_new_tokens=12).token_ids  # cached without features
-    assert len(engine.features) == 0
+    assert len(engine.runtime.features) == 0
     engine.draft_model, engine.model_drafter = head, engine.drafter_for(head)
     result = engine.generate(prompt + plain[:4], max_new_tokens=8, drafting="model")
     assert result.token_ids == plain[4:12]
-    assert result.stats.reused_tokens == 0 and len(engine.features) == len(engine._cached)
+    assert result.stats.reused_tokens == 0 and len(engine.runtime.features) == len(engine.runtime.cached)
     again = engine.generate(prompt + plain[:6], max_new_tokens=6, drafting="model")
     assert again.token_ids == plain[6:12] and again.stats.reused_tokens > 0  # now the features are there
 
@@ -101,9 +101,9 @@ def test_the_engine_keeps_the_targets_last_hidden_states_as_features():
     ids = prompt + result.token_ids
     with torch.inference_mode():
         reference = target.base_model(input_ids=torch.tensor([ids])).last_hidden_state[0]
-    cached = len(engine._cached)
+    cached = len(engine.runtime.cached)
     assert cached == len(ids) - 1
-    assert torch.allclose(engine.features.rows(0, cached), reference[:cached], atol=1e-4)
+    assert torch.allclose(engine.runtime.features.rows(0, cached), reference[:cached], atol=1e-4)
 
 
 def test_sampling_with_a_head_is_seeded_and_its_drafts_carry_distributions():

@@ -18,8 +18,8 @@ def test_cache_after_rollback_equals_full_recompute(target, draft):
     result = engine.generate(prompt, max_new_tokens=40)
     assert result.stats.drafted > result.stats.accepted  # rejections happened, so rollbacks happened
     sequence = prompt + result.token_ids
-    assert engine._cache.get_seq_length() == len(sequence) - 1 == len(engine._cached)
-    cached = target.model(input_ids=torch.tensor([sequence[-1:]]), past_key_values=engine._cache).logits[0, -1]
+    assert engine.runtime._cache.get_seq_length() == len(sequence) - 1 == len(engine.runtime.cached)
+    cached = engine.runtime.forward(sequence[-1:], logits=1)[0]
     full = target.model(input_ids=torch.tensor([sequence])).logits[0, -1]
     torch.testing.assert_close(cached, full, rtol=1e-4, atol=1e-4)
 
@@ -72,7 +72,7 @@ def test_cancel_during_prefill_stops_within_one_chunk_and_keeps_its_kv(target):
     engine = Engine(target, stop_token_ids=[], prefill_chunk=8)
     prompt = list(b"def fibonacci(n):\n    if n < 2:\n        return n\n    return fib")  # 8 chunks
     token = CancelToken()
-    forward, chunks = engine._forward, []
+    forward, chunks = engine.runtime.forward, []
 
     def cancel_during_the_second_chunk(tokens, logits):
         chunks.append(len(tokens))
@@ -80,13 +80,13 @@ def test_cancel_during_prefill_stops_within_one_chunk_and_keeps_its_kv(target):
             token.cancel()
         return forward(tokens, logits)
 
-    engine._forward = cancel_during_the_second_chunk
+    engine.runtime.forward = cancel_during_the_second_chunk
     result = engine.generate(prompt, max_new_tokens=20, cancel=token)
     assert result.finish_reason == "cancelled" and result.token_ids == []
     assert chunks == [8, 8]  # the chunk running at the cancel finished; nothing else ran
     assert result.stats.prefill_tokens == 16 and result.stats.forwards_after_cancel == 1
     assert result.stats.target_forwards == 0
-    engine._forward = forward
+    engine.runtime.forward = forward
     again = engine.generate(prompt, max_new_tokens=20)  # the next request starts from the chunks done
     assert again.stats.reused_tokens == 16 and again.stats.prefill_tokens == len(prompt) - 16
     assert again.token_ids == reference_greedy(target.model, prompt, 20, set())

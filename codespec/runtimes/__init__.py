@@ -1,0 +1,202 @@
+"""The runtime under the decode loop: a target model's forward over k new tokens with a KV cache it can cut.
+
+The loop (codespec.engine), the drafters, cancellation, prefix reuse and stop rules are one implementation;
+a runtime only answers "run these tokens after the cached ones, give me the logits of the last n of them"
+and "keep only the first n cached tokens". Two implement it: `TorchRuntime` (transformers: CUDA, CPU,
+exact fp32, the distillation path) and `LlamaCppRuntime` (llama.cpp's quantized CPU kernels, GGUF files).
+
+`exact_batching` says whether a forward over k tokens gives the same argmax as k single-token forwards.
+fp32 torch does; bf16 and llama.cpp's quantized kernels round a batch differently from a single token, so
+for them "lossless" means: equal to plain greedy of the same runtime except where the target is at a
+near-tie (its top two logits within `NEAR_TIE_LOGITS`) at the first token where they differ."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from codespec.errors import CodespecError
+from codespec.proposers import common_prefix_len
+
+RUNTIMES = ("auto", "torch", "llamacpp")
+# Logit gap under which two tokens are a near-tie: batched and single-token forwards of a reduced-precision
+# runtime may order them differently (bf16 rounds logits of ~20 to steps of 0.125; llama.cpp quantizes
+# activations to 8 bits per block in a batch).
+NEAR_TIE_LOGITS = 0.5
+
+
+@dataclass(frozen=True)
+class CostCurve:
+    """Seconds of one target forward over k new tokens (k = 1, 2, 4, ...), measured at load."""
+
+    points: tuple[tuple[int, float], ...]  # (k, seconds), k ascending
+
+    def cost(self, k: int) -> float:
+        """Linear interpolation between measured points; linear extrapolation past the last."""
+        pts = self.points
+        if k <= pts[0][0]:
+            return pts[0][1]
+        for (k0, s0), (k1, s1) in zip(pts, pts[1:], strict=False):
+            if k <= k1:
+                return s0 + (s1 - s0) * (k - k0) / (k1 - k0)
+        (k0, s0), (k1, s1) = pts[-2], pts[-1]
+        return s1 + (s1 - s0) * (k - k1) / (k1 - k0)
+
+    def relative(self, k: int) -> float:
+        """Cost of a forward over k tokens in units of a single-token forward."""
+        return self.cost(k) / self.points[0][1]
+
+    def to_dict(self) -> dict[str, float]:
+        return {str(k): round(s * 1000, 2) for k, s in self.points}
+
+
+class Runtime(ABC):
+    """A target model with a KV cache. `cached` lists the tokens whose keys and values it holds."""
+
+    name: str = "runtime"
+    exact_batching: bool = True
+    prefill_chunk: int = 64  # prompt tokens per prefill forward: a cancel is seen between chunks
+    max_positions: int | None = None
+    vocab_size: int = 0
+
+    def __init__(self) -> None:
+        self.cached: list[int] = []
+        self.cost_curve: CostCurve | None = None
+
+    @abstractmethod
+    def forward(self, tokens: Sequence[int], logits: int) -> torch.Tensor:
+        """Run `tokens` after the cached ones (appending them to the cache); float32 logits of the last
+        `logits` positions, shape [logits, vocab]."""
+
+    @abstractmethod
+    def truncate(self, length: int) -> None:
+        """Keep the first `length` cached tokens (rejected drafts, a prompt that diverged); 0 empties it."""
+
+    def sync(self, tokens: Sequence[int]) -> int:
+        """Keep the longest cached prefix of `tokens` and drop the rest; returns how many were kept."""
+        keep = common_prefix_len(self.cached, tokens)
+        self.truncate(keep)
+        return keep
+
+    def reset(self) -> None:
+        self.truncate(0)
+
+    def describe_settings(self) -> dict:
+        """What changes the cost of a forward besides the model and the machine."""
+        return {"runtime": self.name}
+
+    def describe(self) -> dict:
+        """What `codespec models` and the server's stats show about this runtime."""
+        return {"runtime": self.name, "exact_batching": self.exact_batching,
+                "cost_ms": self.cost_curve.to_dict() if self.cost_curve else None}
+
+    def calibrate(self, ks: Sequence[int] = (1, 2, 4, 8, 16), context: int = 256, repeats: int = 3) -> CostCurve:
+        """Measure the forward cost over k tokens after `context` cached tokens (a handful of forwards, ~1-3 s
+        for a 1.5B on a 2-core CPU); the cache is empty afterwards."""
+        filler = [(17 + 31 * i) % max(self.vocab_size - 1, 2) + 1 for i in range(context + max(ks))]
+        limit = self.max_positions or (context + max(ks))
+        context = min(context, max(limit - max(ks) - 1, 1))
+        self.reset()
+        try:
+            for start in range(0, context, self.prefill_chunk):
+                self.forward(filler[start : min(start + self.prefill_chunk, context)], logits=1)
+            points = []
+            for k in ks:
+                runs = []
+                for _ in range(repeats):
+                    started = time.perf_counter()
+                    self.forward(filler[context : context + k], logits=k)
+                    runs.append(time.perf_counter() - started)
+                    self.truncate(context)
+                points.append((k, sorted(runs)[len(runs) // 2]))
+        finally:
+            self.reset()
+        # A curve must not fall with k: noise on a busy machine can make it, and the drafter would then
+        # think longer drafts are free.
+        monotone, worst = [], 0.0
+        for k, s in points:
+            worst = max(worst, s)
+            monotone.append((k, worst))
+        self.cost_curve = CostCurve(tuple(monotone))
+        return self.cost_curve
+
+
+def resolve_runtime(runtime: str, spec: str, device: str = "auto") -> str:
+    """`auto` picks llama.cpp for a GGUF-backed spec on a CPU when llama-cpp-python is importable, else torch."""
+    if runtime not in RUNTIMES:
+        raise CodespecError(f"unknown runtime {runtime!r}; use one of {', '.join(RUNTIMES)}")
+    if runtime != "auto":
+        return runtime
+    from codespec.models import parse_spec, resolve_device
+    from codespec.runtimes.llamacpp import llamacpp_available
+
+    gguf_backed = parse_spec(spec).kind in ("bundled", "gguf")
+    if gguf_backed and resolve_device(device).type == "cpu" and llamacpp_available():
+        return "llamacpp"
+    return "torch"
+
+
+def machine_key() -> str:
+    """The CPU (or GPU) a cost curve was measured on: a curve is only reused on the same hardware."""
+    try:
+        with open("/proc/cpuinfo") as handle:
+            cpu = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), "")
+    except OSError:
+        cpu = ""
+    import platform
+
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else ""
+    return " | ".join(x for x in (cpu or platform.processor() or platform.machine(), gpu) if x)
+
+
+def cached_cost_curve(runtime: Runtime, model_key: str, path: Path) -> CostCurve:
+    """The runtime's cost curve from `path` (a JSON cache per machine, model and runtime settings), else
+    measured now and added to it. A cache that cannot be read or written only costs a measurement."""
+    key = json.dumps([machine_key(), model_key, runtime.describe_settings()])
+    try:
+        known = json.loads(path.read_text())
+    except (OSError, ValueError):
+        known = {}
+    if isinstance(known, dict) and isinstance(known.get(key), list):
+        try:
+            runtime.cost_curve = CostCurve(tuple((int(k), float(s)) for k, s in known[key]))
+            return runtime.cost_curve
+        except (TypeError, ValueError):
+            pass
+    curve = runtime.calibrate()
+    known = known if isinstance(known, dict) else {}
+    known[key] = [list(point) for point in curve.points]
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(known, indent=1))
+        os.replace(tmp, path)
+    except OSError:
+        pass
+    return curve
+
+
+def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
+    """The first index where two outputs differ (one ending early counts), or None when they are equal."""
+    common = common_prefix_len(a, b)
+    return None if common == len(a) == len(b) else common
+
+
+def top2_gap(runtime: Runtime, ids: Sequence[int]) -> float:
+    """The target's top-1 minus top-2 logit for the token after `ids`, from plain (chunked) forwards: how
+    near a tie the target was where a speculative output left plain greedy. The cache is reset after."""
+    runtime.reset()
+    try:
+        for start in range(0, len(ids), runtime.prefill_chunk):
+            logits = runtime.forward(ids[start : start + runtime.prefill_chunk], logits=1)
+        top = torch.topk(logits[-1], 2).values
+    finally:
+        runtime.reset()
+    return float(top[0] - top[1])

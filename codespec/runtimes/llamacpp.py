@@ -1,0 +1,162 @@
+"""The llama.cpp runtime: a GGUF target on llama.cpp's CPU kernels through llama-cpp-python's C API.
+
+One llama_batch per forward with the logits flag set only on the positions to verify (no n_ctx x vocab
+logits buffer), one sequence in the KV memory, rollback by removing the sequence's positions past n.
+Inputs that would make the native code abort the process (a batch past the context, an empty batch, a
+position gap) are refused here with a Python error before they reach it."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from codespec.errors import CodespecError
+from codespec.runtimes import Runtime
+
+BUILD_HINT = ("llama-cpp-python is not installed (it builds from source: `make venv`, or "
+              "CMAKE_ARGS=\"-DGGML_NATIVE=ON -DLLAMA_CURL=OFF\" pip install llama-cpp-python==0.3.36)")
+DEFAULT_CONTEXT = 4096
+MAX_BATCH = 512
+_BACKEND = threading.Lock()
+_backend_ready = False
+_log_callback = None  # kept referenced: llama.cpp calls it from native code
+GGML_LOG_LEVEL_ERROR = 3  # ggml.h's enum ggml_log_level
+
+
+def llamacpp_available() -> bool:
+    try:
+        import llama_cpp  # noqa: F401
+    except Exception:  # ImportError, or a broken native library (OSError)
+        return False
+    return True
+
+
+def _library():
+    try:
+        from llama_cpp import llama_cpp
+    except ImportError:
+        raise CodespecError(BUILD_HINT) from None
+    except OSError as exc:  # the package is there but its shared library does not load
+        raise CodespecError(f"llama-cpp-python's native library does not load ({exc}); reinstall it: "
+                            f"{BUILD_HINT}") from None
+    global _backend_ready, _log_callback
+    with _BACKEND:
+        if not _backend_ready:
+            # Only errors reach stderr: the server's stderr is its log, and llama.cpp's load chatter is long.
+            def log(level: int, text: bytes | None, _user: object) -> None:
+                if level == GGML_LOG_LEVEL_ERROR and text or os.environ.get("CODESPEC_LLAMA_LOG"):
+                    os.write(2, b"llama.cpp: " + text)
+
+            _log_callback = llama_cpp.llama_log_callback(log)
+            llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
+            llama_cpp.llama_backend_init()
+            _backend_ready = True
+    return llama_cpp
+
+
+class LlamaCppRuntime(Runtime):
+    name = "llamacpp"
+    # Quantized kernels quantize a batch's activations and sum in another order than a single token's.
+    exact_batching = False
+    prefill_chunk = 64
+
+    def __init__(self, gguf_path: str | Path, *, threads: int | None = None, context: int = DEFAULT_CONTEXT) -> None:
+        super().__init__()
+        lib = self._lib = _library()
+        path = Path(gguf_path)
+        if not path.is_file():
+            raise CodespecError(f"GGUF file not found: {path}")
+        model_params = lib.llama_model_default_params()
+        model_params.n_gpu_layers = 0
+        self._model = lib.llama_model_load_from_file(str(path).encode(), model_params)
+        if not self._model:
+            raise CodespecError(f"llama.cpp cannot read {path.name} (not a GGUF it supports, or truncated)")
+        self.threads = threads or max(os.cpu_count() or 1, 1)
+        trained = lib.llama_model_n_ctx_train(self._model)
+        self.max_positions = min(context, trained) if trained > 0 else context
+        ctx_params = lib.llama_context_default_params()
+        ctx_params.n_ctx = self.max_positions
+        ctx_params.n_batch = ctx_params.n_ubatch = MAX_BATCH
+        ctx_params.n_seq_max = 1
+        ctx_params.n_threads = ctx_params.n_threads_batch = self.threads
+        ctx_params.no_perf = True
+        self._ctx = lib.llama_init_from_model(self._model, ctx_params)
+        if not self._ctx:
+            lib.llama_model_free(self._model)
+            raise CodespecError(f"llama.cpp cannot create a context of {self.max_positions} tokens for {path.name}")
+        self.vocab_size = lib.llama_vocab_n_tokens(lib.llama_model_get_vocab(self._model))
+        self._memory = lib.llama_get_memory(self._ctx)
+        self._batch = lib.llama_batch_init(MAX_BATCH, 0, 1)
+        self.path = path
+
+    def forward(self, tokens: Sequence[int], logits: int) -> torch.Tensor:
+        lib = self._lib
+        n = len(tokens)
+        if n == 0:
+            raise CodespecError("llama.cpp forward over no tokens")
+        if n > MAX_BATCH:
+            raise CodespecError(f"llama.cpp forward over {n} tokens: at most {MAX_BATCH} per batch")
+        if not 1 <= logits <= n:
+            raise CodespecError(f"logits for {logits} of {n} positions")
+        start = len(self.cached)
+        if start + n > self.max_positions:
+            raise CodespecError(f"{start + n} tokens exceed the llama.cpp context of {self.max_positions}")
+        bad = [t for t in tokens if not 0 <= int(t) < self.vocab_size]
+        if bad:
+            raise CodespecError(f"token id {bad[0]} is outside the model's vocabulary of {self.vocab_size}")
+        batch = self._batch
+        for i, token in enumerate(tokens):
+            batch.token[i] = int(token)
+            batch.pos[i] = start + i
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = 0
+            batch.logits[i] = i >= n - logits
+        batch.n_tokens = n
+        status = lib.llama_decode(self._ctx, batch)
+        if status != 0:
+            # Anything it kept of a failed batch is dropped, so the cache again holds exactly `cached`.
+            lib.llama_memory_seq_rm(self._memory, 0, start, -1)
+            raise CodespecError(f"llama_decode failed with status {status} at {start} + {n} tokens")
+        rows = np.empty((logits, self.vocab_size), dtype=np.float32)
+        for row, index in enumerate(range(n - logits, n)):
+            pointer = lib.llama_get_logits_ith(self._ctx, index)
+            if not pointer:
+                raise CodespecError(f"llama.cpp has no logits for batch position {index}")
+            rows[row] = np.ctypeslib.as_array(pointer, shape=(self.vocab_size,))
+        self.cached.extend(int(t) for t in tokens)
+        return torch.from_numpy(rows)
+
+    def truncate(self, length: int) -> None:
+        length = max(length, 0)
+        if length < len(self.cached):
+            if not self._lib.llama_memory_seq_rm(self._memory, 0, length, -1):
+                self._lib.llama_memory_clear(self._memory, True)
+                del self.cached[:]
+                return
+            del self.cached[length:]
+
+    def describe_settings(self) -> dict:
+        return {"runtime": self.name, "threads": self.threads}
+
+    def describe(self) -> dict:
+        return {**super().describe(), "gguf": self.path.name, "threads": self.threads,
+                "context": self.max_positions}
+
+    def close(self) -> None:
+        if getattr(self, "_ctx", None):
+            self._lib.llama_batch_free(self._batch)
+            self._lib.llama_free(self._ctx)
+            self._lib.llama_model_free(self._model)
+            self._ctx = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the library may be gone already
+            pass

@@ -1,0 +1,79 @@
+"""The torch/transformers runtime: any HF causal LM on CPU or CUDA, with a DynamicCache cut in place.
+
+It also keeps the target's last hidden state at every cached position when a drafter reads them (an EAGLE
+head), which only this runtime can give."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from transformers import DynamicCache
+
+from codespec.eagle import FeatureBuffer
+from codespec.proposers import rollback_cache
+from codespec.runtimes import Runtime
+
+# Prompt tokens per prefill forward. A cancel is seen between chunks, so a superseded request stops within
+# one chunk instead of finishing a whole prompt (~1.3 s for 64 tokens of the 0.5B on a slow 2-core CPU);
+# on CUDA a forward's fixed cost is what matters, hence bigger chunks there.
+PREFILL_CHUNK = {"cpu": 64, "cuda": 512}
+
+
+class TorchRuntime(Runtime):
+    name = "torch"
+
+    def __init__(self, model: torch.nn.Module, prefill_chunk: int | None = None) -> None:
+        super().__init__()
+        self.model = model
+        parameter = next(model.parameters())
+        self.device, self.dtype = parameter.device, parameter.dtype
+        # fp32 batched and single-token forwards agree on the argmax; bf16/fp16 may not at a near-tie.
+        self.exact_batching = self.dtype == torch.float32
+        self.prefill_chunk = prefill_chunk or PREFILL_CHUNK.get(self.device.type, PREFILL_CHUNK["cpu"])
+        self.max_positions = getattr(model.config, "max_position_embeddings", None)
+        self.vocab_size = model.config.vocab_size
+        # The target's last hidden state at every cached position, kept only for a drafter that reads it.
+        self.features = FeatureBuffer()
+        self.collect_features = False
+        self._cache: DynamicCache | None = None
+
+    def forward(self, tokens: Sequence[int], logits: int) -> torch.Tensor:
+        if self._cache is None:
+            self._cache = DynamicCache()
+        input_ids = torch.tensor([list(tokens)], device=self.device)
+        with torch.inference_mode():
+            if self.collect_features:
+                # The trunk and the LM head apart, to keep the last hidden states (what the LM head reads).
+                hidden = self.model.base_model(input_ids=input_ids, past_key_values=self._cache,
+                                               use_cache=True).last_hidden_state
+                self.features.append(hidden[0])
+                self.cached.extend(tokens)
+                return self.model.get_output_embeddings()(hidden[0, -logits:]).float()
+            out = self.model(input_ids=input_ids, past_key_values=self._cache, use_cache=True,
+                             logits_to_keep=logits)
+        self.cached.extend(tokens)
+        return out.logits[0].float()
+
+    def truncate(self, length: int) -> None:
+        if length <= 0:
+            self._cache = None
+        elif self._cache is not None:
+            rollback_cache(self._cache, length)
+        del self.cached[max(length, 0) :]
+        self.features.truncate(length)
+
+    def sync(self, tokens: Sequence[int]) -> int:
+        keep = super().sync(tokens)
+        if self.collect_features and len(self.features) < keep:
+            # Positions cached while no drafter wanted features have none: they are computed again.
+            keep = len(self.features)
+            self.truncate(keep)
+        return keep
+
+    def describe_settings(self) -> dict:
+        return {"runtime": self.name, "device": str(self.device), "dtype": str(self.dtype),
+                "threads": torch.get_num_threads()}
+
+    def describe(self) -> dict:
+        return {**super().describe(), "device": str(self.device), "dtype": str(self.dtype).replace("torch.", "")}
