@@ -13,6 +13,8 @@ logger = logging.getLogger(__name__)
 DRAFTING_MODES = ("none", "lookup", "model", "both")
 MULTILINE_POLICIES = ("auto", "never")
 LOAD_POLICIES = ("eager", "lazy")
+RUNTIMES = ("auto", "torch", "llamacpp")  # codespec.runtimes.RUNTIMES (not imported: no torch here)
+DTYPES = ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 PROMPT_LAYOUTS = ("psm", "near-suffix")  # codespec.context.build.LAYOUTS (not imported: no torch here)
 
@@ -24,6 +26,8 @@ class ServerOptions:
     draft_model: str | None = None  # None: the profile's when the model is defaulted too; "none": none
     drafting: str | None = None  # None: the profile's, else "both" with a draft model, "lookup" without
     device: str = "auto"
+    runtime: str = "auto"  # codespec.runtimes.RUNTIMES: auto | torch | llamacpp
+    dtype: str = "auto"  # torch runtime: auto | float32 | bfloat16 | float16
     threads: int | None = None
     load_models: str = "eager"
     max_tokens: int = 128
@@ -51,6 +55,8 @@ class ServerOptions:
         "drafting": "drafting",
         "draft": "drafting",
         "device": "device",
+        "runtime": "runtime",
+        "dtype": "dtype",
         "threads": "threads",
         "loadModels": "load_models",
         "maxTokens": "max_tokens",
@@ -68,7 +74,7 @@ class ServerOptions:
         "stepDelay": "step_delay_s",
         "debugFailMarker": "debug_fail_marker",
     }
-    MODEL_FIELDS = ("model", "draft_model", "drafting", "device", "threads")
+    MODEL_FIELDS = ("model", "draft_model", "drafting", "device", "runtime", "dtype", "threads")
 
     def updated(self, settings: Any) -> ServerOptions:
         """A copy with the recognised keys of `settings` applied; bad values are logged and ignored."""
@@ -128,6 +134,8 @@ def coerce(name: str, value: Any) -> Any:
         "drafting": DRAFTING_MODES,
         "multiline": MULTILINE_POLICIES,
         "load_models": LOAD_POLICIES,
+        "runtime": RUNTIMES,
+        "dtype": DTYPES,
         "log_level": LOG_LEVELS,
         "prompt_layout": PROMPT_LAYOUTS,
     }.get(name)
