@@ -319,7 +319,7 @@ def plot_variants(report: dict[str, Any], path: Path, pause_ms: float = PAUSE_MS
     latency.legend(fontsize=8)
     style_pause_axes(at_pause, pause_ms)
     if at_pause.lines:
-        at_pause.legend(loc="lower right", fontsize=8)
+        at_pause.legend(loc="best", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110, format="png")
     plt.close(fig)

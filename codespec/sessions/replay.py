@@ -998,7 +998,7 @@ def plot_result(result: ReplayResult, path: str, title: str = "", pause_ms: floa
                 value, color="black", linestyle=style, linewidth=0.8, label=f"p{q} {value:.0f} ms"
             )
     if count:
-        at_pause.legend(loc="lower right", fontsize=8)
+        at_pause.legend(loc="best", fontsize=8)
     style_pause_axes(at_pause, pause_ms)
     fig.suptitle(title or f"replay: {len(result.sessions)} sessions, speed {result.speed or 'max'}")
     fig.tight_layout()

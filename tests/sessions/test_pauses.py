@@ -100,7 +100,9 @@ def test_the_last_keystroke_pauses_until_the_session_ends():
 
 
 def test_pause_summary_counts_plays_apart():
-    first = record(1, "x = ", key=1.0, answer=1.2, shown="foo()", gap_ms=800, next_key=1.8, expect="foo() + 1")
+    first = record(
+        1, "x = ", key=1.0, answer=1.2, shown="foo()", gap_ms=800, next_key=1.8, expect="foo() + 1"
+    )
     second = record(2, "x = ", key=1.0, answer=1.9, shown="bar", gap_ms=800, next_key=1.8, expect="foo() + 1")
     second.play = 1  # another play: the same clock instants, its own screen
     summary = pause_summary([first, second], keystrokes=4, chars_saved=3)
