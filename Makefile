@@ -6,8 +6,10 @@ PIP := $(PY) -m pip
 # A CPU build of torch lies on local disk here; GPU users: make TORCH_SPEC="torch==2.13.0 --index-url ..." demo
 TORCH_SPEC ?= torch==2.13.0
 export TOKENIZERS_PARALLELISM := false
+# llama-cpp-python builds from source (PyPI has no wheel): native CPU kernels, no libcurl needed.
+export CMAKE_ARGS ?= -DGGML_NATIVE=ON -DLLAMA_CURL=OFF
 
-.PHONY: venv models fetch demo test test-fast lint bench fuzz soak clean editors-test sessions-corpus
+.PHONY: venv models fetch demo test test-fast lint bench fuzz soak clean editors-test sessions-corpus llama-server
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -42,8 +44,26 @@ test: models
 test-fast: venv
 	$(PY) -m pytest -q -ra -m "not slow" tests
 
+# llama.cpp's own server, the benchmarks' anchor: built from the llama.cpp source that the pinned
+# llama-cpp-python sdist carries (the same kernels as the llamacpp runtime), ~12 min on 2 cores, once.
+LLAMA_CPP_PYTHON := llama-cpp-python==0.3.36
+LLAMA_BUILD := build/llama.cpp
+$(LLAMA_BUILD)/bin/llama-server: | $(VENV)/.installed
+	rm -rf $(LLAMA_BUILD)/src && mkdir -p $(LLAMA_BUILD)/src $(LLAMA_BUILD)/bin
+	$(PIP) download -q --no-deps --no-binary :all: $(LLAMA_CPP_PYTHON) -d $(LLAMA_BUILD)/src
+	tar xzf $(LLAMA_BUILD)/src/*.tar.gz -C $(LLAMA_BUILD)/src
+	cmake -S $(LLAMA_BUILD)/src/llama_cpp_python-*/vendor/llama.cpp -B $(LLAMA_BUILD)/cmake -G Ninja \
+		-DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DGGML_NATIVE=ON -DLLAMA_BUILD_SERVER=ON \
+		-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
+	cmake --build $(LLAMA_BUILD)/cmake --target llama-server
+	cp $(LLAMA_BUILD)/cmake/bin/llama-server $@.tmp && mv $@.tmp $@
+
+llama-server: $(LLAMA_BUILD)/bin/llama-server
+
 # Side-by-side benchmarks; results land in docs/ (benchmarks.md, JSON, PNG). CPU: about an hour.
-bench: fetch
+bench: fetch llama-server
+	$(VENV)/bin/codespec bench generate --target bundled:qwen2.5-coder-1.5b --runtime llamacpp --threads 2 \
+		--set all --n 6 --max-tokens 48 --modes plain,lookup,llama-server,llama-server-ngram --out docs
 	$(VENV)/bin/codespec bench generate --target bundled:qwen2.5-coder-0.5b --n 5 --max-tokens 64 \
 		--modes plain,hf-greedy,hf-lookup,lookup --out docs
 	$(VENV)/bin/codespec bench generate --target bundled:qwen2.5-coder-1.5b --draft-model bundled:qwen2.5-coder-0.5b \

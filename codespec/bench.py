@@ -2,7 +2,8 @@
 
 `codespec bench generate` runs, on the same prompts and interleaved prompt by prompt (so machine noise hits
 every mode alike): plain greedy of our loop, transformers `generate()` greedy, `generate(prompt_lookup_num_tokens)`,
-`generate(assistant_model=draft)`, and codespec lookup / model / both. Output: JSON, a Markdown table in
+`generate(assistant_model=draft)`, codespec lookup / model / both, and llama.cpp's `llama-server` on the
+same GGUF, plain and with its own speculation (the anchors). Output: JSON, a Markdown table in
 docs/benchmarks.md and a PNG plot."""
 
 from __future__ import annotations
@@ -110,6 +111,23 @@ def fresh_prompts(tokenizer, n: int, seed: int = 0) -> list[Prompt]:
     ]
 
 
+def real_prompts(tokenizer, n: int, seed: int = 0) -> list[Prompt]:
+    """FIM prompts as the server builds them (build_context, default layout) at cursors cut from this Python's
+    stdlib files, half at statement starts and half mid-line, the rest of the line removed: code that is not
+    the project's own and not duplicated on purpose."""
+    from codespec.context.build import ContextCache, build_context
+    from codespec.context.document import Document
+    from codespec.context.layout_bench import stdlib_cuts
+
+    prompts, cache = [], ContextCache()
+    for cut in stdlib_cuts(n, seed=seed):
+        doc = Document(f"file:///stdlib/{cut.name.split(':')[0]}", "python", cut.text)
+        ctx = build_context(doc, cut.line, cut.character, tokenizer=tokenizer, cache=cache)
+        if ctx.mode != "none" and ctx.prompt_ids:
+            prompts.append(Prompt(cut.name, "real", list(ctx.prompt_ids)))
+    return prompts
+
+
 def fim_ids(tokenizer, prefix: str, suffix: str) -> list[int]:
     """Qwen2.5-Coder's FIM order: <|fim_prefix|>prefix<|fim_suffix|>suffix<|fim_middle|>."""
     marker = tokenizer.convert_tokens_to_ids
@@ -158,11 +176,25 @@ def hf_mode(target, stop_ids: Sequence[int], **generate_kwargs) -> Callable[[lis
     return run
 
 
-def build_modes(engine, target, draft, wanted: Sequence[str]) -> dict[str, Callable]:
+def llama_server_mode(server, stop_ids: Sequence[int]) -> Callable[[list[int], int], tuple[list[int], dict]]:
+    def run(ids: list[int], max_new: int) -> tuple[list[int], dict]:
+        done = server.complete(ids, max_new, stop_ids)
+        return done.tokens, {"prefill_s": done.prompt_s, "decode_s": done.decode_s, "drafted": done.drafted,
+                             "accepted": done.accepted}
+
+    return run
+
+
+def build_modes(engine, target, draft, wanted: Sequence[str], servers: dict | None = None) -> dict[str, Callable]:
     stop_ids = sorted(engine.stop_token_ids)
     modes: dict[str, Callable] = {}
+    torch_target = engine.runtime.name == "torch"
     for mode in wanted:
-        if mode == "plain":
+        if mode in (servers or {}):
+            modes[mode] = llama_server_mode(servers[mode], stop_ids)
+        elif mode.startswith("hf-") and not torch_target:
+            continue  # transformers' generate() needs the torch runtime
+        elif mode == "plain":
             modes[mode] = codespec_mode(engine, "none")
         elif mode == "hf-greedy":
             modes[mode] = hf_mode(target, stop_ids)
@@ -175,14 +207,20 @@ def build_modes(engine, target, draft, wanted: Sequence[str]) -> dict[str, Calla
     return modes
 
 
-ALL_MODES = ("plain", "hf-greedy", "hf-lookup", "hf-assisted", "lookup", "model", "both")
+# llama-server: the same GGUF on llama.cpp's own server, plain and with its own speculation (--spec-type).
+SERVER_MODES = {"llama-server": (), "llama-server-ngram": ("--spec-type", "ngram-simple"),
+                "llama-server-ngram-mod": ("--spec-type", "ngram-mod")}
+ALL_MODES = ("plain", "hf-greedy", "hf-lookup", "hf-assisted", "lookup", "model", "both", *SERVER_MODES)
+# The modes every other mode's speed is divided by in the report.
+BASES = ("plain", "hf-greedy", "hf-lookup", "hf-assisted", "llama-server", "llama-server-ngram",
+         "llama-server-ngram-mod")
 
 
 def run_benchmark(engine, target, draft, prompts: Sequence[Prompt], modes: Sequence[str], max_new: int,
-                  progress: bool = True) -> list[Run]:
+                  progress: bool = True, servers: dict | None = None) -> list[Run]:
     from tqdm import tqdm
 
-    runners = build_modes(engine, target, draft, modes)
+    runners = build_modes(engine, target, draft, modes, servers)
     runs: list[Run] = []
     # One warm-up call per mode so that first-call allocation costs do not land on one mode.
     warm = prompts[0].ids[-64:]
@@ -237,7 +275,7 @@ def summarize(runs: Sequence[Run]) -> dict:
                 "prompts": len(mine),
             }
         for row in per_mode.values():
-            for base in ("plain", "hf-greedy", "hf-lookup", "hf-assisted"):
+            for base in BASES:
                 if base in per_mode and row["seconds"]:
                     row[f"speedup_vs_{base}"] = round(per_mode[base]["seconds"] / row["seconds"], 2)
                     row[f"decode_speedup_vs_{base}"] = round(
@@ -252,7 +290,7 @@ def summarize(runs: Sequence[Run]) -> dict:
 def markdown_table(summary: dict, title: str) -> str:
     lines = [f"### {title}", "",
              "Decode = after the prefill (the cost every mode shares); end to end = prefill included.", ""]
-    bases = [b for b in ("plain", "hf-greedy", "hf-lookup", "hf-assisted") if any(b in s for s in summary.values())]
+    bases = [b for b in BASES if any(b in s for s in summary.values())]
     for kind, per_mode in summary.items():
         header = ["mode", "decode tok/s", "tau", "acceptance"]
         header += [f"decode vs {b}" for b in bases] + ["end to end vs plain", "prefill share", "divergences"]
@@ -319,11 +357,17 @@ def register(subparsers, name: str, help: str) -> None:  # noqa: A002
     gen = sub.add_parser("generate", help="decode speed of every drafting mode vs plain greedy and transformers")
     gen.add_argument("--target", default="bundled:qwen2.5-coder-0.5b")
     gen.add_argument("--draft-model", help="draft for model/both/hf-assisted (same tokenizer)")
-    gen.add_argument("--set", choices=("edit", "fresh", "all"), default="all")
+    gen.add_argument("--set", choices=("real", "edit", "fresh", "all"), default="all",
+                     help="real: FIM prompts cut from stdlib files; edit: duplicated functions; fresh: HumanEval")
     gen.add_argument("--n", type=int, default=8, help="prompts per set")
     gen.add_argument("--max-tokens", type=int, default=64)
     gen.add_argument("--modes", default=",".join(ALL_MODES))
     gen.add_argument("--device", default="auto")
+    gen.add_argument("--runtime", default="torch", choices=("auto", "torch", "llamacpp"),
+                     help="the target's runtime (the llama-server modes serve the same GGUF)")
+    gen.add_argument("--dtype", default="auto", help="torch runtime: auto, float32, bfloat16")
+    gen.add_argument("--no-cost-aware", dest="cost_aware", action="store_false",
+                     help="verify every draft the drafter offers (no cost curve)")
     gen.add_argument("--threads", type=int)
     gen.add_argument("--out", default="docs", help="folder for the JSON, the plot and benchmarks.md")
     gen.add_argument("--no-docs", action="store_true", help="do not update docs/benchmarks.md")
@@ -375,38 +419,89 @@ def run_generate(args: argparse.Namespace) -> int:
                      report["max_new_tokens"], report.get("command", ""), runs, measured)
         return 0
 
+    import contextlib
+
     import transformers
 
     from codespec.engine import Engine
-    from codespec.models import load_model
+    from codespec.models import COST_CURVES, cache_root, load_model
+    from codespec.proposers import CostAwareLength
+    from codespec.runtimes import cached_cost_curve, resolve_runtime
 
     transformers.logging.set_verbosity_error()
     if args.threads:
         torch.set_num_threads(args.threads)
-    target = load_model(args.target, device=args.device)
-    draft = load_model(args.draft_model, device=args.device) if args.draft_model else None
-    engine = Engine(target, draft, drafting="lookup", stop_token_ids=target.stop_ids or None)
-    prompts: list[Prompt] = []
-    if args.set in ("edit", "all"):
-        prompts += edit_prompts(target.tokenizer, args.n)
-    if args.set in ("fresh", "all"):
-        prompts += fresh_prompts(target.tokenizer, args.n)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     unknown = set(modes) - set(ALL_MODES)
     if unknown:
         raise CodespecError(f"unknown modes {sorted(unknown)}; known: {', '.join(ALL_MODES)}")
-    runs = run_benchmark(engine, target, draft, prompts, modes, args.max_tokens)
-    label = target.name + (f" + {draft.name} draft" if draft else "")
-    command = (f"codespec bench generate --target {args.target}"
+    runtime = resolve_runtime(args.runtime, args.target, args.device)
+    target = load_model(args.target, device=args.device, dtype=args.dtype, threads=args.threads, runtime=runtime)
+    draft = load_model(args.draft_model, device=args.device, dtype=args.dtype) if args.draft_model else None
+    engine = Engine(target, draft, drafting="lookup", stop_token_ids=target.stop_ids or None)
+    if args.cost_aware:
+        curve = cached_cost_curve(engine.runtime, args.target, cache_root() / COST_CURVES)
+        engine.draft_length = CostAwareLength(curve.cost)
+    prompts: list[Prompt] = []
+    if args.set in ("real", "all"):
+        prompts += real_prompts(target.tokenizer, args.n)
+    if args.set in ("edit", "all"):
+        prompts += edit_prompts(target.tokenizer, args.n)
+    if args.set in ("fresh", "all"):
+        prompts += fresh_prompts(target.tokenizer, args.n)
+    with contextlib.ExitStack() as stack:
+        servers = {mode: stack.enter_context(_start_server(args, SERVER_MODES[mode]))
+                   for mode in modes if mode in SERVER_MODES}
+        runs = run_benchmark(engine, target, draft, prompts, modes, args.max_tokens, servers=servers)
+    near_ties = divergence_gaps(engine, prompts, runs)
+    label = f"{target.name} on {runtime}" + (f" + {draft.name} draft" if draft else "")
+    command = (f"codespec bench generate --target {args.target} --runtime {runtime}"
                + (f" --draft-model {args.draft_model}" if args.draft_model else "")
                + f" --set {args.set} --n {args.n} --max-tokens {args.max_tokens} --modes {args.modes}"
-               + (f" --threads {args.threads}" if args.threads else ""))
-    write_report(args, args.target, args.draft_model, label, machine_line(), args.max_tokens, command, runs)
+               + (f" --threads {args.threads}" if args.threads else "")
+               + ("" if args.cost_aware else " --no-cost-aware"))
+    extra = {"runtime": engine.runtime.describe(), "near_ties": near_ties}
+    write_report(args, args.target, args.draft_model, label, machine_line(), args.max_tokens, command, runs,
+                 extra=extra)
     return 0
 
 
+def _start_server(args: argparse.Namespace, server_args: Sequence[str]):
+    from codespec.llama_server import LlamaServer
+    from codespec.models import ensure_bundled_gguf, parse_spec
+
+    spec = parse_spec(args.target)
+    if spec.kind == "bundled":
+        gguf = ensure_bundled_gguf(spec.name)
+    elif spec.kind == "gguf" and spec.path is not None:
+        gguf = spec.path
+    else:
+        raise CodespecError("the llama-server modes need a GGUF-backed --target (bundled:... or a .gguf file)")
+    return LlamaServer(gguf, threads=args.threads or torch.get_num_threads(), extra_args=server_args)
+
+
+def divergence_gaps(engine, prompts: Sequence[Prompt], runs: Sequence[Run]) -> dict[str, list[float]]:
+    """Per mode, the target's top-2 logit gap where each output first left plain greedy (measured with plain
+    forwards of this runtime): small gaps are near-ties a batched forward may round the other way."""
+    from codespec.runtimes import first_divergence, top2_gap
+
+    ids = {p.name: p.ids for p in prompts}
+    plain = {r.prompt: r.tokens for r in runs if r.mode == "plain"}
+    gaps: dict[str, list[float]] = {}
+    for run in runs:
+        reference = plain.get(run.prompt)
+        if run.mode == "plain" or reference is None:
+            continue
+        at = first_divergence(reference, run.tokens)
+        if at is not None and at < len(reference):
+            gap = top2_gap(engine.runtime, ids[run.prompt] + reference[:at])
+            gaps.setdefault(run.mode, []).append(round(gap, 3))
+    engine.reset_cache()
+    return gaps
+
+
 def write_report(args, target: str, draft: str | None, label: str, machine: str, max_new: int, command: str,
-                 runs: Sequence[Run], measured_divergences: dict | None = None) -> None:
+                 runs: Sequence[Run], measured_divergences: dict | None = None, extra: dict | None = None) -> None:
     summary = summarize(runs)
     for kind, per_mode in (measured_divergences or {}).items():
         for mode, row in per_mode.items():
@@ -415,12 +510,19 @@ def write_report(args, target: str, draft: str | None, label: str, machine: str,
     out.mkdir(parents=True, exist_ok=True)
     slug = re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")
     report = {"target": target, "draft": draft, "label": label, "max_new_tokens": max_new, "machine": machine,
-              "command": command, "summary": summary,
+              "command": command, "summary": summary, **(extra or {}),
               "runs": [{"mode": r.mode, "prompt": r.prompt, "kind": r.kind, "seconds": round(r.seconds, 3),
                         "tokens": len(r.tokens), "token_ids": r.tokens, "stats": r.stats} for r in runs]}
     (out / f"bench-generate-{slug}.json").write_text(json.dumps(report, indent=1))
     title = f"Decode speed, {label}, {max_new} new tokens ({machine})"
     table = markdown_table(summary, title)
+    near_ties = (extra or {}).get("near_ties")
+    if near_ties:
+        table += "\nTop-2 logit gap of the target where an output first left plain greedy (near-tie < " \
+                 "0.5): " + "; ".join(f"{mode}: {', '.join(map(str, gaps))}" for mode, gaps in near_ties.items()) + "\n"
+    curve = ((extra or {}).get("runtime") or {}).get("cost_ms")
+    if curve:
+        table += "\nTarget forward cost over k new tokens (ms): " + ", ".join(f"k={k}: {v}" for k, v in curve.items()) + "\n"
     print(table)
     plot(summary, out / f"bench-generate-{slug}.png", title)
     if not args.no_docs:

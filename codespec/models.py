@@ -41,6 +41,7 @@ MARKER_NAME = "codespec-cache.json"  # written last: its presence means the dire
 CACHE_FORMAT = 1
 TEMP_PREFIX = ".tmp-"
 LOCK_NAME = ".convert.lock"
+COST_CURVES = "cost-curves.json"  # measured forward costs per machine, model and runtime settings
 GGUF_NAME = "model.gguf"  # the assembled GGUF in a `<name>-gguf` cache directory
 MAKE_TARGET = "make models"
 CHUNK = 8 << 20
@@ -292,16 +293,28 @@ class Profile(NamedTuple):
     target: str
     draft: str | None
     drafting: str  # none | lookup | model | both
+    runtime: str = "torch"  # codespec.runtimes.RUNTIMES
+    why: str = ""  # the measurement behind it, for `codespec models`
 
 
 def default_profile(device: str | torch.device = "auto") -> Profile:
-    """The default target/draft/drafting per device, in one place (measured: see docs/benchmarks.md).
-
-    CPU: the 1.5B verify forward is too slow to pay for a draft model, so the 0.5B is the target with
-    free prompt-lookup drafts. CUDA: forwards are cheap, so the 1.5B target with 0.5B + lookup drafts."""
+    """The default target/draft/drafting/runtime per device, in one place (measured: docs/benchmarks.md)."""
     if resolve_device(device).type == "cuda":
-        return Profile("bundled:qwen2.5-coder-1.5b", "bundled:qwen2.5-coder-0.5b", "both")
-    return Profile("bundled:qwen2.5-coder-0.5b", None, "lookup")
+        return Profile("bundled:qwen2.5-coder-1.5b", "bundled:qwen2.5-coder-0.5b", "both", "torch",
+                       "CUDA forwards are cheap: the 1.5B target with 0.5B + lookup drafts (projected, "
+                       "docs/benchmarks.md)")
+    from codespec.runtimes.llamacpp import llamacpp_available
+
+    if llamacpp_available():
+        return Profile("bundled:qwen2.5-coder-1.5b", None, "lookup", "llamacpp", CPU_LLAMACPP_WHY)
+    return Profile("bundled:qwen2.5-coder-0.5b", None, "lookup", "torch",
+                   "llama-cpp-python is not installed: the 0.5B in fp32 torch with free lookup drafts is the "
+                   "fastest torch target on a CPU (the 1.5B's verify forward costs 2x)")
+
+
+CPU_LLAMACPP_WHY = ("on llama.cpp the bundled 1.5B (Q4_K_M) decodes faster than the 0.5B did in fp32 torch, "
+                    "so the larger model is the CPU default; lookup drafts are verified only where the "
+                    "measured cost curve says they pay (docs/benchmarks.md)")
 
 
 # ----------------------------------------------------------------------------------------------- cache
@@ -1024,9 +1037,13 @@ def _cmd_list(args: Any) -> int:
     )
     profile = _profile_dict()
     print(
-        f"default profile ({profile['device']}): target {profile['target']}, draft {profile['draft']}, "
-        f"drafting {profile['drafting']}"
+        f"default profile ({profile['device']}): target {profile['target']} on {profile['runtime']}, "
+        f"draft {profile['draft']}, drafting {profile['drafting']}"
     )
+    print(f"  why: {profile['why']}")
+    for key, points in _known_cost_curves().items():
+        print(f"cost of a target forward over k new tokens, {key}: "
+              + ", ".join(f"k={k} {seconds * 1000:.0f} ms" for k, seconds in points))
     if any(row["state"] != "converted" for row in rows):
         print(f"prepare the bundled models with: {MAKE_TARGET} && codespec models fetch")
     return 0
@@ -1034,4 +1051,24 @@ def _cmd_list(args: Any) -> int:
 
 def _profile_dict() -> dict[str, Any]:
     device = resolve_device("auto")
-    return {"device": device.type, **default_profile(device)._asdict()}
+    return {"device": device.type, **default_profile(device)._asdict(), "cost_curves": _known_cost_curves()}
+
+
+def _known_cost_curves() -> dict[str, list]:
+    """The cost curves measured on this machine (codespec.runtimes.cached_cost_curve), by model and runtime."""
+    from codespec.runtimes import machine_key
+
+    try:
+        known = json.loads((cache_root() / COST_CURVES).read_text())
+    except (OSError, ValueError):
+        return {}
+    here = machine_key()
+    curves = {}
+    for key, points in (known.items() if isinstance(known, dict) else ()):
+        try:
+            machine, model, settings = json.loads(key)
+        except (ValueError, TypeError):
+            continue
+        if machine == here:
+            curves[f"{model} ({', '.join(f'{k} {v}' for k, v in settings.items())})"] = points
+    return curves

@@ -85,11 +85,11 @@ def load_engine(
     engine = Engine(target, draft, drafting=drafting, step_delay_s=step_delay_s,
                     stop_token_ids=getattr(target, "stop_ids", None) or None)
     if calibrate and drafting != "none":
-        from codespec.models import cache_root
+        from codespec.models import COST_CURVES, cache_root
         from codespec.proposers import CostAwareLength
         from codespec.runtimes import cached_cost_curve
 
-        curve = cached_cost_curve(engine.runtime, target_spec, cache_root() / "cost-curves.json")
+        curve = cached_cost_curve(engine.runtime, target_spec, cache_root() / COST_CURVES)
         engine.draft_length = CostAwareLength(curve.cost)
     engine.codespec_models = {"model": target_spec, "draftModel": draft_spec, "drafting": drafting,
                               "runtime": chosen, "runtimeFallback": fallback}
