@@ -73,7 +73,8 @@ def load_tokenizer(spec: str):
     if parsed.kind in ("bundled", "hf_dir"):
         from transformers import AutoTokenizer
 
-        path = models.ensure_bundled(parsed.name).path if parsed.kind == "bundled" else parsed.path
+        # The bundled tokenizer lies beside the assembled GGUF: no weights are converted for it.
+        path = models.ensure_bundled_gguf(parsed.name).parent if parsed.kind == "bundled" else parsed.path
         return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     return models.load_model(spec, device="cpu").tokenizer
 
@@ -150,25 +151,12 @@ def run_context(args: argparse.Namespace) -> int:
 
 def run_complete(args: argparse.Namespace) -> int:
     from codespec.context.postprocess import postprocess
-    from codespec.engine import Engine
-    from codespec.models import load_model
+    from codespec.runtime import engine_from_args
 
-    target_spec, draft_spec, drafting = default_model_spec()
-    if args.model:  # an explicit target: no default draft model unless asked for
-        target_spec, draft_spec = args.model, None
-        drafting = "lookup" if drafting in ("model", "both") else drafting
-    draft_spec = args.draft_model or draft_spec
-    drafting = args.draft or drafting
-    if drafting in ("model", "both") and not draft_spec:
-        raise CodespecError(f"--draft {drafting} needs --draft-model")
-    target = load_model(target_spec, threads=args.threads)
-    draft = (
-        load_model(draft_spec, threads=args.threads) if draft_spec and drafting in ("model", "both") else None
-    )
-    _, ctx = _build(args, target.tokenizer)
+    engine = engine_from_args(args, progress=not args.json)
+    _, ctx = _build(args, engine.tokenizer)
     out: dict[str, Any] = {"text": "", "raw": "", "mode": ctx.mode, "reason": ctx.reason, "stats": {}}
     if ctx.mode != "none":
-        engine = Engine(target, draft, drafting)
         result = engine.generate(
             ctx.prompt_ids, max_new_tokens=args.max_tokens, stop=ctx.stop, extra_streams=ctx.extra_streams
         )
@@ -199,13 +187,13 @@ def register(subparsers: Any, name: str, help: str) -> None:  # noqa: A002 (the 
         "--layout", choices=["psm", "near-suffix"], help="FIM prompt layout (default: ContextConfig's)"
     )
     parser.add_argument("--near-lines", type=int, help="near-suffix layout: lines after the cursor line")
-    parser.add_argument("--model", help="model spec (default: the device's default profile)")
     if name == "complete":
-        parser.add_argument("--draft-model", help="draft model spec")
-        parser.add_argument("--draft", choices=["none", "lookup", "model", "both"], help="drafting mode")
+        from codespec.runtime import add_engine_arguments
+
+        add_engine_arguments(parser)
         parser.add_argument("--max-tokens", type=int, default=128)
-        parser.add_argument("--threads", type=int, default=None)
         parser.add_argument("--raw", action="store_true", help="skip post-processing")
         parser.set_defaults(func=run_complete)
     else:
+        parser.add_argument("--model", help="model spec (default: the device's default profile)")
         parser.set_defaults(func=run_context)

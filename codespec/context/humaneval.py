@@ -210,8 +210,7 @@ def rescore(path: str, tokenizer=None) -> list[dict]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from codespec.engine import Engine
-    from codespec.models import load_model
+    from codespec.runtime import engine_from_args
 
     if args.rescore:
         rows = rescore(args.rescore)
@@ -220,9 +219,7 @@ def run(args: argparse.Namespace) -> int:
             Path(args.jsonl).write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
         return 0
 
-    target = load_model(args.model, threads=args.threads)
-    draft = load_model(args.draft_model, threads=args.threads) if args.draft_model else None
-    engine = Engine(target, draft, args.draft)
+    engine = engine_from_args(args)
     tasks = []
     for kind in args.kinds.split(","):
         tasks += build_tasks(kind, args.n, seed=args.seed)
@@ -236,7 +233,7 @@ def run(args: argparse.Namespace) -> int:
 
         config = layout_config(args.layout)
     rows = run_tasks(
-        tasks, engine, target.tokenizer, max_new_tokens=args.max_tokens, progress=show, config=config
+        tasks, engine, engine.tokenizer, max_new_tokens=args.max_tokens, progress=show, config=config
     )
     summary = summarize(rows)
     print(json.dumps(summary, indent=2))
@@ -248,14 +245,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register_bench(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default="bundled:qwen2.5-coder-0.5b")
-    parser.add_argument("--draft-model")
-    parser.add_argument("--draft", default="lookup", choices=["none", "lookup", "model", "both"])
+    from codespec.runtime import add_engine_arguments
+
+    add_engine_arguments(parser)
+    parser.set_defaults(model="bundled:qwen2.5-coder-0.5b", draft="lookup")
     parser.add_argument("--kinds", default="single,multi")
     parser.add_argument("--n", type=int, default=40, help="tasks per kind")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-tokens", type=int, default=96)
-    parser.add_argument("--threads", type=int)
     parser.add_argument("--jsonl", help="write per-task rows here")
     parser.add_argument(
         "--layout", help="prompt layout: psm, nearN (near-suffix, N lines); default: ContextConfig's"
