@@ -261,6 +261,11 @@ class CodespecServer(LanguageServer):
             o = self.options
             models = {"model": o.model or "default", "draftModel": o.draft_model, "drafting": o.drafting}
         report["engine"] = {"loaded": self.engine is not None, **models}
+        if self.engine is not None and hasattr(self.engine, "runtime"):
+            # The runtime (its cost curve) and the acceptance the cost-aware draft length works from.
+            report["engine"]["runtimeInfo"] = self.engine.runtime.describe()
+            policy = getattr(self.engine, "draft_length", None)
+            report["engine"]["draftAcceptance"] = policy.to_dict() if policy is not None else None
         report["positionEncoding"] = self.encoding
         # Handlers pygls holds a future for: requests in flight (a leak would show here first).
         report["handlersInFlight"] = len(self.protocol._request_futures)
