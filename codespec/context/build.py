@@ -609,9 +609,16 @@ def build_context(
         # The far block sits before the prefix, where its tokens are shared with the previous prompt:
         # it gets the whole suffix budget, not one in proportion to the prefix (which changes per
         # keystroke and would move its end).
-        far_budget = config.max_prompt_tokens - prefix_budget
         near_lines = max(config.near_suffix_lines, 0)
         ctx.near_suffix = prompt_suffix = _near_suffix_text(doc, line, ctx.line_suffix, near_lines)
+        # The near suffix and the far section's framing (paths, repository name, markers) come out of
+        # the same budget; both are fixed while typing at the cursor, so the far block's end is too.
+        path = display_path(doc.uri)
+        framing = sum(
+            tokens.count_line(text)
+            for text in (f"{path} (below the cursor)", path, config.repo_name or os.path.basename(os.path.dirname(path)))
+        )
+        far_budget = config.max_prompt_tokens - prefix_budget - len(tokens.encode(prompt_suffix)) - framing - 4
         far_step = max(64, int(far_budget * config.far_step_fraction * _chars_per_token(tokens)))
         far_start = far_suffix_start(doc, line + 1 + near_lines, far_step)
         if far_start is not None:

@@ -173,6 +173,7 @@ def first_line(text: str) -> str:
 
 
 def first_line_matches(engine, cuts: Sequence[Cut], layouts: Sequence[str], *, max_new_tokens: int = 48,
+                       base: ContextConfig | None = None,
                        progress: Callable[[dict], None] | None = None) -> list[dict]:
     from codespec.context.postprocess import postprocess
 
@@ -182,7 +183,7 @@ def first_line_matches(engine, cuts: Sequence[Cut], layouts: Sequence[str], *, m
         for name in layouts:
             doc = Document(f"file:///stdlib/{cut.name.split(':')[0]}", "python", cut.text)
             ctx = build_context(doc, cut.line, cut.character, tokenizer=engine.tokenizer,
-                                config=layout_config(name), cache=ContextCache())
+                                config=layout_config(name, base), cache=ContextCache())
             started = time.perf_counter()
             raw = ""
             if ctx.mode != "none":
@@ -221,16 +222,20 @@ def run(args: argparse.Namespace) -> int:
             report["keystrokes"][name] = keystroke_costs(tokenizer, layout_config(name), sessions)
             print(name, json.dumps(report["keystrokes"][name]), flush=True)
     if args.part in ("first-line", "all"):
-        from codespec.runtime import load_engine
+        from codespec.engine import Engine
+        from codespec.models import load_model
 
-        engine = load_engine(args.model, drafting=args.draft, threads=args.threads, progress=False)
+        # The torch runtime, as `bench humaneval` loads it: greedy output is the reference model's.
+        target = load_model(args.model, threads=args.threads, progress=False)
+        engine = Engine(target, None, args.draft)
         cuts = stdlib_cuts(args.n, seed=args.seed)
 
         def show(row: dict) -> None:
             print(json.dumps({k: (v["match"], v["seconds"]) if isinstance(v, dict) else v
                               for k, v in row.items() if k != "expected"}), flush=True)
 
-        rows = first_line_matches(engine, cuts, layouts, max_new_tokens=args.max_tokens, progress=show)
+        base = ContextConfig(max_prompt_tokens=args.budget)
+        rows = first_line_matches(engine, cuts, layouts, max_new_tokens=args.max_tokens, base=base, progress=show)
         report["first_line"] = {
             name: {"n": len(rows), "match": sum(r[name]["match"] for r in rows),
                    "mean_seconds": round(statistics.fmean(r[name]["seconds"] for r in rows), 2)}
@@ -259,6 +264,8 @@ def register_bench(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--n", type=int, default=40, help="(b): prompts cut from stdlib files")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument("--budget", type=int, default=ContextConfig().max_prompt_tokens,
+                        help="(b): ContextConfig.max_prompt_tokens (smaller: faster on a slow CPU)")
     parser.add_argument("--threads", type=int)
     parser.add_argument("--jsonl", help="(b): per-prompt rows")
     parser.add_argument("--json-out", help="the report as JSON")

@@ -23,7 +23,7 @@ def stdlib_doc(name: str) -> Document:
 
 
 def test_qwen_fim_layout_and_ids() -> None:
-    ctx = context_at("def add(a, b):\n    return ┃\n\nprint(add(1, 2))\n")
+    ctx = context_at("def add(a, b):\n    return ┃\n\nprint(add(1, 2))\n", config=ContextConfig(layout="psm"))
     assert ctx.prompt == (
         "<|fim_prefix|>def add(a, b):\n    return <|fim_suffix|>\n\nprint(add(1, 2))\n<|fim_middle|>"
     )

@@ -15,12 +15,21 @@ def source(tmp_path):
 
 
 def test_context_json(source, capsys) -> None:
-    assert main(["context", f"{source}:5:5", "--json", "--model", "tiny"]) == 0
+    assert main(["context", f"{source}:5:5", "--json", "--model", "tiny", "--layout", "psm"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert {"mode", "prompt", "prefix", "suffix", "language"} <= set(data)
     assert data["mode"] == "block" and data["language"] == "python"
     assert data["prefix"].endswith("def area(r):\n    ") and data["suffix"].startswith("\n\n\nprint(area(2))")
     assert data["prompt"].startswith("<|fim_prefix|>import math")
+
+
+def test_context_near_suffix_layout(source, capsys) -> None:
+    assert main(["context", f"{source}:5:5", "--json", "--model", "tiny", "--layout", "near-suffix", "--budget", "4000"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["layout"] == "near-suffix" and "print(area(2))" in data["far_suffix"]
+    assert data["near_suffix"] == "\n" and data["suffix"].startswith("\n\n\nprint(area(2))")
+    assert "calc.py (below the cursor)\n" in data["prompt"]
+    assert data["prompt"].endswith("def area(r):\n    <|fim_suffix|>\n<|fim_middle|>")
 
 
 def test_context_text_output(source, capsys) -> None:

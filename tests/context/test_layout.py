@@ -18,7 +18,8 @@ from tests.context.helpers import context_at
 TOK = tiny_tokenizer()
 SUFFIX_ID = TOK.convert_tokens_to_ids("<|fim_suffix|>")
 PREFIX_ID = TOK.convert_tokens_to_ids("<|fim_prefix|>")
-NEAR = ContextConfig(layout="near-suffix", near_suffix_lines=0)
+# A wider suffix budget: the byte tokenizer spends ~70 of the default 123 tokens on the far section's paths.
+NEAR = ContextConfig(layout="near-suffix", near_suffix_lines=0, suffix_fraction=0.25)
 PSM = ContextConfig(layout="psm")
 SOURCE = "def add(a, b):\n    return ┃\n\nprint(add(1, 2))\n"
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
