@@ -54,7 +54,7 @@ $(LLAMA_BUILD)/bin/llama-server: | $(VENV)/.installed
 	tar xzf $(LLAMA_BUILD)/src/*.tar.gz -C $(LLAMA_BUILD)/src
 	cmake -S $(LLAMA_BUILD)/src/llama_cpp_python-*/vendor/llama.cpp -B $(LLAMA_BUILD)/cmake -G Ninja \
 		-DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DGGML_NATIVE=ON -DLLAMA_BUILD_SERVER=ON \
-		-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
+		-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DBUILD_SHARED_LIBS=OFF
 	cmake --build $(LLAMA_BUILD)/cmake --target llama-server
 	cp $(LLAMA_BUILD)/cmake/bin/llama-server $@.tmp && mv $@.tmp $@
 
