@@ -338,8 +338,11 @@ class CostAwareLength:
         self._shadow = None
 
     def skipped(self, position: int, tokens: Sequence[int], key: str) -> None:
-        """A draft for `position` (the index its first token would have had) was not verified."""
-        self._shadow = (position, list(tokens), key)
+        """A draft for `position` (the index its first token would have had) was not verified. One is scored
+        at a time: the next steps' drafts mostly repeat it shifted by a token, and replacing it before it is
+        resolved would only ever record its early rejections."""
+        if self._shadow is None:
+            self._shadow = (position, list(tokens), key)
 
     def observe(self, ids: Sequence[int]) -> None:
         """Score the last skipped draft against the sequence the target produced, once it can be."""

@@ -268,3 +268,14 @@ def test_the_server_falls_back_to_torch_when_llamacpp_cannot_load(tmp_path, monk
     assert engine.runtime.name == "torch" and engine.codespec_models["runtime"] == "torch"
     assert "llama-cpp-python is not installed" in engine.codespec_models["runtimeFallback"]
     assert "using torch" in capsys.readouterr().err
+
+
+def test_a_skipped_draft_is_not_replaced_before_it_is_scored():
+    policy = CostAwareLength(curve(36, 58, 100, 205, 280).cost, prior=0.3)
+    ids = [0] * 10
+    policy.skipped(10, [1, 2, 3], "lookup:8+")
+    for step, token in enumerate([1, 2, 3]):
+        policy.skipped(11 + step, [2, 3, 4][step:], "lookup:8+")  # the same match, one token on
+        ids.append(token)
+        policy.observe(ids)
+    assert policy.acceptance("lookup:8+") > 0.3  # the whole first draft counted as accepted
