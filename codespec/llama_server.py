@@ -55,12 +55,16 @@ class LlamaServer:
         self.url = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen | None = None
 
+    def command(self) -> list[str]:
+        """The command line `__enter__` starts (reports show it)."""
+        return [str(self.binary), "-m", str(self.gguf), "--host", "127.0.0.1", "--port", str(self.port),
+                "-t", str(self.threads), "-tb", str(self.threads), "-c", str(self.context), "--parallel", "1",
+                "--no-webui", *self.extra_args]
+
     def __enter__(self) -> LlamaServer:
         import httpx
 
-        command = [str(self.binary), "-m", str(self.gguf), "--host", "127.0.0.1", "--port", str(self.port),
-                   "-t", str(self.threads), "-tb", str(self.threads), "-c", str(self.context), "--parallel", "1",
-                   "--no-webui", *self.extra_args]
+        command = self.command()
         self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                         stderr=subprocess.PIPE, text=True)
         self.client = httpx.Client(base_url=self.url, timeout=httpx.Timeout(600.0, connect=5.0))

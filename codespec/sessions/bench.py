@@ -5,8 +5,10 @@ session 2, the order rotating by one each session (plain, speculative; then spec
 so that machine noise and drift land on all alike. A variant is a name and a way to replay one session
 (`Variant`): today two LSP server processes held open for the whole run, plain greedy (`--draft none`)
 and speculative (the server's default drafting), plus the speculative server with its latency features
-off ("speculative cold", switched with workspace/didChangeConfiguration). The headline is the pause
-figures (codespec.sessions.replay.pause_summary) and their ratio to plain. Not a timed test.
+off ("speculative cold", switched with workspace/didChangeConfiguration), and with --llama-vim the anchor:
+llama-server /infill on the same GGUF driven as llama.vim drives it (codespec.sessions.llama_vim). The
+headline is the pause figures (codespec.sessions.replay.pause_summary), their ratio to plain and, with the
+anchor, codespec's ratio to it. Not a timed test.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import shlex
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from contextlib import AsyncExitStack
+from contextlib import AbstractContextManager, AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,7 @@ COLD = {"cache": False, "typingAlong": False, "earlyAnswer": False, "prefetch": 
 CORPUS = Path(__file__).resolve().parents[2] / "tests" / "sessions" / "data"
 SECTION = "## Keystroke latency (replay)"
 BASELINE = "plain"  # the variant every ratio divides by
+ANCHOR = "llama-vim"  # llama-server /infill as llama.vim drives it: codespec's pause figures over its
 # (figure, how it is read) of the pause summary that get a ratio to the baseline
 PAUSE_FIGURES = (
     ("coverage", "coverage"),
@@ -103,6 +106,10 @@ def register_bench(parser: argparse.ArgumentParser) -> None:
         "--no-cold", action="store_true", help="skip the speculative server with its latency features off"
     )
     parser.add_argument(
+        "--llama-vim", action="store_true", help="add the anchor column: llama-server /infill on the same GGUF, "
+        "driven as llama.vim drives it (needs `make llama-server`)",
+    )  # fmt: skip
+    parser.add_argument(
         "--pause-ms", type=float, default=PAUSE_MS, help="a keystroke followed by this long without another "
         f"is a pause (default {PAUSE_MS:.0f})",
     )  # fmt: skip
@@ -143,9 +150,11 @@ async def bench_replay_async(
     speed: float | None = 1.0,
     drain_timeout_s: float = 120.0,
     pause_ms: float = PAUSE_MS,
+    llama_vim: Callable[[], AbstractContextManager[Any]] | None = None,
 ) -> dict[str, Any]:
     """Replay `sessions` interleaved through every variant (servers started first, all held open);
-    returns {"variants": {name: summary}, "ratios": {...}, "results": {name: ReplayResult}}."""
+    returns {"variants": {name: summary}, "ratios": {...}, "results": {name: ReplayResult}}.
+    `llama_vim`: makes the llama-server for the anchor column (entered, it has a `.url`; a LlamaServer)."""
     async with AsyncExitStack() as stack:
 
         async def open_server(command: list[str]) -> ReplayServer:
@@ -160,9 +169,28 @@ async def bench_replay_async(
         variants.append(lsp_variant("speculative", speculative, WARM))
         if cold:
             variants.append(lsp_variant("speculative cold", speculative, COLD))
-        # another column (e.g. llama-server /infill) is one more Variant appended here
+        if llama_vim is not None:
+            variants.append(await llama_vim_variant(stack, llama_vim, speed, drain_timeout_s))
         await run_interleaved(sessions, variants)
     return bench_report(variants, pause_ms)
+
+
+async def llama_vim_variant(stack: AsyncExitStack, make_server: Callable[[], AbstractContextManager[Any]],
+                            speed: float | None, drain_timeout_s: float) -> Variant:  # fmt: skip
+    """The anchor column: the llama-server started (in a thread: it blocks until /health answers) and held
+    open on `stack`, warmed up by one short FIM, as the LSP servers are."""
+    from codespec.sessions.llama_vim import LABEL, LlamaVimReplay
+
+    manager = make_server()
+    server = await asyncio.to_thread(manager.__enter__)
+    stack.push(manager.__exit__)
+    command = server.command() if callable(getattr(server, "command", None)) else [str(server.url)]
+    result = ReplayResult(server=command, speed=speed)
+    replay = await stack.enter_async_context(
+        LlamaVimReplay(server.url, result, speed=speed, drain_timeout_s=drain_timeout_s)
+    )
+    await replay.warm_up()
+    return Variant(LABEL, replay.play, result)
 
 
 def bench_replay(sessions: Sequence[Session], speculative_server: list[str], plain_server: list[str] | None,
@@ -200,6 +228,11 @@ def ratios(variants: dict[str, dict[str, Any]]) -> dict[str, float | None]:
         for name in others:
             for path, what in PAUSE_FIGURES:
                 out[f"{name}/{BASELINE} {what}"] = _ratio(_figure(variants[name], path), _figure(base, path))
+    anchor = variants.get(ANCHOR)
+    if anchor is not None:  # codespec's columns over llama.vim's
+        for name in (n for n in ("speculative", BASELINE) if n in variants):
+            for path, what in PAUSE_FIGURES:
+                out[f"{name}/{ANCHOR} {what}"] = _ratio(_figure(variants[name], path), _figure(anchor, path))
     pairs = [(name, BASELINE) for name in others if base is not None]
     if "speculative" in variants and "speculative cold" in variants:
         pairs.append(("speculative", "speculative cold"))
@@ -325,6 +358,29 @@ def plot_variants(report: dict[str, Any], path: Path, pause_ms: float = PAUSE_MS
     plt.close(fig)
 
 
+def llama_vim_server(args: argparse.Namespace) -> Callable[[], AbstractContextManager[Any]]:
+    """The anchor's llama-server: the GGUF the codespec server loads (--model, or the default profile's
+    target), its thread count, and the flags of the server llama.vim's README runs."""
+    from codespec.llama_server import LlamaServer, find_llama_server
+    from codespec.models import default_profile, ensure_bundled_gguf, parse_spec
+    from codespec.sessions.llama_vim import SERVER_ARGS
+
+    find_llama_server()  # fail before any server starts
+    spec = parse_spec(args.model or default_profile().target)
+    if spec.kind == "bundled":
+        gguf = ensure_bundled_gguf(spec.name)
+    elif spec.kind == "gguf" and spec.path is not None:
+        gguf = spec.path
+    else:
+        raise CodespecError("--llama-vim needs a GGUF-backed --model (bundled:... or a .gguf file)")
+    return lambda: LlamaServer(gguf, threads=args.threads, context=8192, extra_args=SERVER_ARGS)
+
+
+def anchor_server(report: dict[str, Any]) -> dict[str, str]:
+    result = report["results"].get(ANCHOR)
+    return {} if result is None else {ANCHOR: shlex.join(result.server)}
+
+
 def display(command: list[str]) -> str:
     if command[1:3] == ["-m", "codespec.cli"]:
         return "codespec " + " ".join(command[3:])
@@ -343,9 +399,10 @@ def run_bench(args: argparse.Namespace) -> int:
     speed = parse_speed(args.speed)
     spec_server = server_command(args, plain=False)
     plain_server = None if args.no_plain else server_command(args, plain=True)
+    llama_vim = llama_vim_server(args) if args.llama_vim else None
     started = time.perf_counter()
     report = bench_replay(sessions, spec_server, plain_server, cold=not args.no_cold, speed=speed,
-                          drain_timeout_s=args.timeout, pause_ms=args.pause_ms)  # fmt: skip
+                          drain_timeout_s=args.timeout, pause_ms=args.pause_ms, llama_vim=llama_vim)  # fmt: skip
     wall = time.perf_counter() - started
     plots = [args.out / "bench-replay-cdf.png", args.out / "bench-replay-warm.png"]
     servers = {} if plain_server is None else {BASELINE: display(plain_server)}
@@ -356,7 +413,7 @@ def run_bench(args: argparse.Namespace) -> int:
         "speed": "max" if speed is None else speed,
         "pause_ms": args.pause_ms,
         "machine": f"{platform.machine()} {platform.system()}, Python {platform.python_version()}",
-        "servers": {**servers, "speculative": display(spec_server)},
+        "servers": {**servers, "speculative": display(spec_server), **anchor_server(report)},
         "order": "interleaved: session by session, the variants rotating by one each session",
         "wall_s": wall,
         "plots": [str(p) for p in plots],
