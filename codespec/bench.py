@@ -136,6 +136,11 @@ def fim_ids(tokenizer, prefix: str, suffix: str) -> list[int]:
             marker("<|fim_middle|>")]
 
 
+# name -> (tokenizer, n) -> prompts
+PROMPT_SETS: dict[str, Callable[..., list[Prompt]]] = {"real": real_prompts, "edit": edit_prompts,
+                                                     "fresh": fresh_prompts}
+
+
 # ----------------------------------------------------------------------------------------------- modes
 
 
@@ -357,8 +362,8 @@ def register(subparsers, name: str, help: str) -> None:  # noqa: A002
     gen = sub.add_parser("generate", help="decode speed of every drafting mode vs plain greedy and transformers")
     gen.add_argument("--target", default="bundled:qwen2.5-coder-0.5b")
     gen.add_argument("--draft-model", help="draft for model/both/hf-assisted (same tokenizer)")
-    gen.add_argument("--set", choices=("real", "edit", "fresh", "all"), default="all",
-                     help="real: FIM prompts cut from stdlib files; edit: duplicated functions; fresh: HumanEval")
+    gen.add_argument("--set", default="all", help="comma-separated prompt sets, or all: real (FIM prompts cut "
+                     "from stdlib files), edit (duplicated functions), fresh (HumanEval)")
     gen.add_argument("--n", type=int, default=8, help="prompts per set")
     gen.add_argument("--max-tokens", type=int, default=64)
     gen.add_argument("--modes", default=",".join(ALL_MODES))
@@ -435,6 +440,9 @@ def run_generate(args: argparse.Namespace) -> int:
     unknown = set(modes) - set(ALL_MODES)
     if unknown:
         raise CodespecError(f"unknown modes {sorted(unknown)}; known: {', '.join(ALL_MODES)}")
+    unknown_sets = set(args.set.split(",")) - {*PROMPT_SETS, "all"}
+    if unknown_sets:
+        raise CodespecError(f"unknown prompt sets {sorted(unknown_sets)}; known: {', '.join(PROMPT_SETS)}, all")
     runtime = resolve_runtime(args.runtime, args.target, args.device)
     target = load_model(args.target, device=args.device, dtype=args.dtype, threads=args.threads, runtime=runtime)
     draft = load_model(args.draft_model, device=args.device, dtype=args.dtype) if args.draft_model else None
@@ -443,12 +451,8 @@ def run_generate(args: argparse.Namespace) -> int:
         curve = cached_cost_curve(engine.runtime, args.target, cache_root() / COST_CURVES)
         engine.draft_length = CostAwareLength(curve.cost)
     prompts: list[Prompt] = []
-    if args.set in ("real", "all"):
-        prompts += real_prompts(target.tokenizer, args.n)
-    if args.set in ("edit", "all"):
-        prompts += edit_prompts(target.tokenizer, args.n)
-    if args.set in ("fresh", "all"):
-        prompts += fresh_prompts(target.tokenizer, args.n)
+    for name in PROMPT_SETS if args.set == "all" else args.set.split(","):
+        prompts += PROMPT_SETS[name](target.tokenizer, args.n)
     with contextlib.ExitStack() as stack:
         servers = {mode: stack.enter_context(_start_server(args, SERVER_MODES[mode]))
                    for mode in modes if mode in SERVER_MODES}

@@ -26,6 +26,8 @@ from typing import Any
 
 from codespec.context.build import ContextCache, ContextConfig, build_context
 from codespec.context.document import Document
+from codespec.proposers import common_prefix_len
+from codespec.stats import percentile
 
 SESSIONS = Path(__file__).resolve().parents[2] / "tests" / "sessions" / "data"
 LAYOUT_NAMES = ("psm", "near0", "near1", "near2")
@@ -39,21 +41,6 @@ def layout_config(name: str, base: ContextConfig | None = None) -> ContextConfig
     if name.startswith("near") and name[4:].isdigit():
         return dataclasses.replace(base, layout="near-suffix", near_suffix_lines=int(name[4:]))
     raise ValueError(f"unknown layout {name!r}: psm or nearN")
-
-
-def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    for index in range(n):
-        if a[index] != b[index]:
-            return index
-    return n
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return float(ordered[min(len(ordered) - 1, int(q * len(ordered)))])
 
 
 # ----------------------------------------------------------------------------------------------- (a)
@@ -114,8 +101,8 @@ def keystroke_costs(tokenizer, config: ContextConfig, sessions: Sequence[Path]) 
             previous = ids
     return {
         "requests": len(costs),
-        "p50": percentile(costs, 0.5),
-        "p90": percentile(costs, 0.9),
+        "p50": percentile(costs, 50),
+        "p90": percentile(costs, 90),
         "mean": round(statistics.fmean(costs), 1) if costs else 0.0,
         "over_half_prompt": full,
         "mean_prompt_tokens": round(statistics.fmean(lengths), 1) if lengths else 0.0,
