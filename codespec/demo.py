@@ -26,6 +26,8 @@ def register(subparsers: Any, name: str, help_text: str) -> None:
     parser.add_argument("--draft", choices=["none", "lookup", "model", "both"], help="drafting mode")
     parser.add_argument("--server", help="a whole server command line instead (any LSP server)")
     parser.add_argument("--plot", type=Path, help="also write the latency plot (PNG)")
+    parser.add_argument("--no-compare", dest="compare_plain", action="store_false",
+                        help="skip the second replay through the plain server (no drafts)")
     parser.set_defaults(func=run)
 
 
@@ -94,4 +96,26 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         plot_result(result, str(args.plot), f"codespec demo: {session.name}")
         print(f"plot: {args.plot}")
+    if args.compare_plain and not args.server:
+        # The same session through the same server without drafts: what the speculation buys the user.
+        plain_command = list(command)
+        if "--draft" in plain_command:
+            at = plain_command.index("--draft")
+            del plain_command[at : at + 2]
+        plain_command += ["--draft", "none"]
+        print("\nthe same session through the plain server (no drafts) ...", flush=True)
+        plain = summarize(replay([session], plain_command, speed=speed, drain_timeout_s=120.0))
+        print()
+        for name, row in (("speculative", summary), ("plain", plain)):
+            print(pause_line(name, row["pauses"]))
     return 0
+
+
+def pause_line(name: str, pauses: dict) -> str:
+    """One line of the figures a user feels: ghost text at pauses, how soon, characters saved."""
+    coverage = "-" if pauses["coverage"] is None else f"{pauses['coverage']:.0%}"
+    p50 = pauses["time_to_ghost_ms"]["p50"]
+    saved = pauses["chars_saved_per_keystroke"]
+    return (f"{name:<12} ghost text at {pauses['covered']}/{pauses['count']} pauses ({coverage}), "
+            f"time to ghost text p50 {'-' if p50 is None else f'{p50:.0f} ms'}, "
+            f"{'-' if saved is None else f'{saved:.2f}'} chars saved per keystroke")
