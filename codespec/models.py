@@ -849,6 +849,9 @@ def _load_llamacpp(spec: str, parsed: ModelSpec, device: str | torch.device, dty
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir), local_files_only=True)
     import torch
 
+    # torch only does small work beside llama.cpp then (argmax, sampling): its OpenMP threads spinning after
+    # a parallel op would take cores from llama.cpp's next forward.
+    torch.set_num_threads(1)
     return LoadedModel(model=runtime, tokenizer=tokenizer, spec=spec, device=torch.device("cpu"),  # type: ignore[arg-type]
                        dtype=torch.float32, name=name, path=gguf_path, max_context=runtime.max_positions,
                        stop_ids=stop_token_ids(tokenizer))
