@@ -90,7 +90,7 @@ class ContextConfig:
     tab_size: int = 4
     # Prompt layout: "psm" (the whole suffix after the FIM suffix marker) or "near-suffix" (see the
     # module docstring; measured in docs/benchmarks.md "Prompt layout and typing").
-    layout: str = "psm"
+    layout: str = "near-suffix"
     near_suffix_lines: int = 0  # near-suffix layout: lines after the cursor line kept after the marker
     far_step_fraction: float = 0.25  # the far block's start moves in steps of this share of its budget
 
