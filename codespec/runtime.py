@@ -89,8 +89,14 @@ def load_engine(
         from codespec.proposers import CostAwareLength
         from codespec.runtimes import cached_cost_curve
 
-        curve = cached_cost_curve(engine.runtime, target_spec, cache_root() / COST_CURVES)
-        engine.draft_length = CostAwareLength(curve.cost)
+        try:
+            curve = cached_cost_curve(engine.runtime, target_spec, cache_root() / COST_CURVES)
+        except Exception as exc:  # a runtime that cannot time itself still decodes: every draft is verified
+            print(f"codespec: measuring the target's forward cost failed ({exc}); verifying every draft",
+                  file=sys.stderr)
+            engine.reset_cache()
+        else:
+            engine.draft_length = CostAwareLength(curve.cost)
     engine.codespec_models = {"model": target_spec, "draftModel": draft_spec, "drafting": drafting,
                               "runtime": chosen, "runtimeFallback": fallback}
     return engine

@@ -279,3 +279,22 @@ def test_a_skipped_draft_is_not_replaced_before_it_is_scored():
         ids.append(token)
         policy.observe(ids)
     assert policy.acceptance("lookup:8+") > 0.3  # the whole first draft counted as accepted
+
+
+def test_a_calibration_that_fails_leaves_every_draft_verified(tiny_gguf, tmp_path, monkeypatch, capsys):
+    import codespec.models
+    from codespec.runtime import load_engine
+
+    monkeypatch.setenv("CODESPEC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(codespec.models, "_save_gguf_tokenizer",
+                        lambda gguf_path, out_dir: tiny_tokenizer().save_pretrained(str(out_dir)))
+
+    def broken(self, **kwargs):
+        raise RuntimeError("timer broke")
+
+    monkeypatch.setattr(LlamaCppRuntime, "calibrate", broken)
+    engine = load_engine(str(tiny_gguf), drafting="lookup", runtime="llamacpp", threads=1, progress=False)
+    assert engine.draft_length is None and "verifying every draft" in capsys.readouterr().err
+    assert not (tmp_path / "cache" / "cost-curves.json").exists()  # nothing half-written
+    prompt = list(b"for i in range(10):\n    print(i)\nfor i in range(10):\n")
+    assert engine.generate(prompt, max_new_tokens=12).stats.drafted > 0
