@@ -7,8 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from codespec.engine_options import add_engine_arguments, engine_from_args
 from codespec.errors import CodespecError
-from codespec.runtime import add_engine_arguments, engine_from_args
 
 
 def register(subparsers, name: str, help: str) -> None:  # noqa: A002

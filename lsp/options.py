@@ -96,7 +96,7 @@ class ServerOptions:
 
     def resolved_models(self) -> tuple[str, str | None, str]:
         """(target spec, draft spec or None, drafting mode) after applying the device's profile."""
-        from codespec.runtime import resolve_models
+        from codespec.engine_options import resolve_models
 
         return resolve_models(self.model, self.draft_model, self.drafting, self.device, degrade=True)
 

@@ -274,7 +274,7 @@ class CodespecServer(LanguageServer):
 
 def build_engine(options: ServerOptions) -> Any:
     """Model worker thread: load the target (and draft) and build the engine."""
-    from codespec.runtime import load_engine
+    from codespec.engine_options import load_engine
 
     o = options
     return load_engine(o.model, o.draft_model, o.drafting, device=o.device, dtype=o.dtype, threads=o.threads,

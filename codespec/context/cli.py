@@ -151,7 +151,7 @@ def run_context(args: argparse.Namespace) -> int:
 
 def run_complete(args: argparse.Namespace) -> int:
     from codespec.context.postprocess import postprocess
-    from codespec.runtime import engine_from_args
+    from codespec.engine_options import engine_from_args
 
     engine = engine_from_args(args, progress=not args.json)
     _, ctx = _build(args, engine.tokenizer)
@@ -188,7 +188,7 @@ def register(subparsers: Any, name: str, help: str) -> None:  # noqa: A002 (the 
     )
     parser.add_argument("--near-lines", type=int, help="near-suffix layout: lines after the cursor line")
     if name == "complete":
-        from codespec.runtime import add_engine_arguments
+        from codespec.engine_options import add_engine_arguments
 
         add_engine_arguments(parser)
         parser.add_argument("--max-tokens", type=int, default=128)

@@ -210,7 +210,7 @@ def rescore(path: str, tokenizer=None) -> list[dict]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from codespec.runtime import engine_from_args
+    from codespec.engine_options import engine_from_args
 
     if args.rescore:
         rows = rescore(args.rescore)
@@ -245,7 +245,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register_bench(parser: argparse.ArgumentParser) -> None:
-    from codespec.runtime import add_engine_arguments
+    from codespec.engine_options import add_engine_arguments
 
     add_engine_arguments(parser)
     parser.set_defaults(model="bundled:qwen2.5-coder-0.5b", draft="lookup")

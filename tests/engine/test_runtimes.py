@@ -235,7 +235,7 @@ def test_the_cost_curve_is_measured_once_per_machine_and_model(runtime, tmp_path
 
 def test_a_gguf_spec_loads_on_llamacpp_with_its_own_tokenizer(tiny_gguf, tmp_path, monkeypatch):
     import codespec.models
-    from codespec.runtime import load_engine
+    from codespec.engine_options import load_engine
 
     monkeypatch.setenv("CODESPEC_CACHE", str(tmp_path / "cache"))
     # transformers cannot read the tiny file's one-pair merge list (its result is no token): save the tiny
@@ -252,7 +252,7 @@ def test_a_gguf_spec_loads_on_llamacpp_with_its_own_tokenizer(tiny_gguf, tmp_pat
 
 def test_the_server_falls_back_to_torch_when_llamacpp_cannot_load(tmp_path, monkeypatch, capsys):
     import codespec.runtimes.llamacpp as llamacpp
-    from codespec.runtime import load_engine
+    from codespec.engine_options import load_engine
 
     tiny_gguf = write_tiny_gguf(tmp_path / "tiny-0.gguf", 0)  # what the torch path converts
 
@@ -283,7 +283,7 @@ def test_a_skipped_draft_is_not_replaced_before_it_is_scored():
 
 def test_a_calibration_that_fails_leaves_every_draft_verified(tiny_gguf, tmp_path, monkeypatch, capsys):
     import codespec.models
-    from codespec.runtime import load_engine
+    from codespec.engine_options import load_engine
 
     monkeypatch.setenv("CODESPEC_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(codespec.models, "_save_gguf_tokenizer",
