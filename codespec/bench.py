@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import ast
 import json
-import platform
 import random
 import re
 import sysconfig
@@ -348,9 +347,12 @@ def update_markdown_section(path: Path, key: str, body: str) -> None:
     path.write_text(text, encoding="utf-8")
 
 
-def machine_line() -> str:
-    return (f"{platform.processor() or platform.machine()}, torch {torch.__version__}, "
-            f"{torch.get_num_threads()} threads, {'cuda' if torch.cuda.is_available() else 'cpu'}")
+def machine_line(threads: int | None = None) -> str:
+    """The machine in one line; `threads`: the target runtime's own (llama.cpp's), where not torch's."""
+    from codespec.runtimes import machine_key
+
+    return (f"{machine_key()}, torch {torch.__version__}, {threads or torch.get_num_threads()} threads, "
+            f"{'cuda' if torch.cuda.is_available() else 'cpu'}")
 
 
 # ----------------------------------------------------------------------------------------------- CLI
@@ -465,7 +467,8 @@ def run_generate(args: argparse.Namespace) -> int:
                + (f" --threads {args.threads}" if args.threads else "")
                + ("" if args.cost_aware else " --no-cost-aware"))
     extra = {"runtime": engine.runtime.describe(), "near_ties": near_ties}
-    write_report(args, args.target, args.draft_model, label, machine_line(), args.max_tokens, command, runs,
+    machine = machine_line(getattr(engine.runtime, "threads", None))
+    write_report(args, args.target, args.draft_model, label, machine, args.max_tokens, command, runs,
                  extra=extra)
     return 0
 
