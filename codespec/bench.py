@@ -323,7 +323,10 @@ def plot(summary: dict, path: Path, title: str) -> None:
     for ax, kind in zip(axes[0], kinds, strict=True):
         modes = list(summary[kind])
         speedups = [summary[kind][m].get("decode_speedup_vs_plain", 0) for m in modes]
-        bars = ax.bar(modes, speedups, color=["#888" if m.startswith(("plain", "hf")) else "#2a7" for m in modes])
+        # grey: baselines, orange: llama-server (the anchor), green: codespec's drafting modes
+        colors = ["#888" if m.startswith(("plain", "hf")) else "#e80" if m.startswith("llama-server") else "#2a7"
+                  for m in modes]
+        bars = ax.bar(modes, speedups, color=colors)
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.bar_label(bars, fmt="%.2fx")
         ax.set_title(f"{kind} prompts")
