@@ -68,8 +68,8 @@ bench: fetch llama-server
 		--modes plain,hf-greedy,hf-lookup,lookup --out docs
 	$(VENV)/bin/codespec bench generate --target bundled:qwen2.5-coder-1.5b --draft-model bundled:qwen2.5-coder-0.5b \
 		--n 3 --max-tokens 48 --modes plain,hf-lookup,hf-assisted,lookup,model,both --out docs
-	$(VENV)/bin/codespec bench replay --count 10 --model bundled:qwen2.5-coder-0.5b --draft-model none \
-		--draft lookup --out docs --markdown docs/benchmarks.md
+	$(VENV)/bin/codespec bench replay --count 4 --llama-vim --no-cold --threads 2 --out docs \
+		--markdown docs/benchmarks.md
 
 # Reliability (docs/reliability.md): bounded runs against the real `codespec serve --stdio` with the
 # tiny model, loopback/stdio only. fuzz: >= 10,000 byte-level cases, then 1,000 edit sequences through

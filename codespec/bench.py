@@ -426,7 +426,8 @@ def run_generate(args: argparse.Namespace) -> int:
         measured = None if all("token_ids" in r for r in report["runs"]) else report["summary"]
         label = report.get("label") or Path(args.from_json).stem.removeprefix("bench-generate-")
         write_report(args, report["target"], report.get("draft"), label, report["machine"],
-                     report["max_new_tokens"], report.get("command", ""), runs, measured)
+                     report["max_new_tokens"], report.get("command", ""), runs, measured,
+                     extra={key: report[key] for key in ("runtime", "near_ties") if key in report})
         return 0
 
     import contextlib
