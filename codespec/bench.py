@@ -479,15 +479,9 @@ def run_generate(args: argparse.Namespace) -> int:
 
 def _start_server(args: argparse.Namespace, server_args: Sequence[str]):
     from codespec.llama_server import LlamaServer
-    from codespec.models import ensure_bundled_gguf, parse_spec
+    from codespec.models import gguf_of
 
-    spec = parse_spec(args.target)
-    if spec.kind == "bundled":
-        gguf = ensure_bundled_gguf(spec.name)
-    elif spec.kind == "gguf" and spec.path is not None:
-        gguf = spec.path
-    else:
-        raise CodespecError("the llama-server modes need a GGUF-backed --target (bundled:... or a .gguf file)")
+    gguf = gguf_of(args.target, "the llama-server modes")
     return LlamaServer(gguf, threads=args.threads or torch.get_num_threads(), extra_args=server_args)
 
 

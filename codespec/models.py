@@ -673,6 +673,17 @@ def ensure_bundled_gguf(name: str, *, progress: bool = True) -> Path:
     return final / GGUF_NAME
 
 
+def gguf_of(spec: str, purpose: str = "this") -> Path:
+    """The GGUF file behind a model spec (the bundled one assembled into the cache, or a .gguf path):
+    what llama.cpp's own server loads for a side-by-side run."""
+    parsed = parse_spec(spec)
+    if parsed.kind == "bundled":
+        return ensure_bundled_gguf(parsed.name)
+    if parsed.kind == "gguf" and parsed.path is not None:
+        return parsed.path
+    raise CodespecError(f"{purpose} needs a GGUF-backed model (bundled:... or a .gguf file), not {spec!r}")
+
+
 def ensure_gguf_tokenizer(path: Path, *, progress: bool = True) -> Path:
     """The HF tokenizer of a user's .gguf (the llama.cpp runtime loads the weights from the file itself),
     saved once into the cache keyed by the file's sha256."""

@@ -427,15 +427,8 @@ def _header_rows(
 
 
 def _suffix_text(doc: Document, line: int, line_suffix: str, budget: int, tokens: TokenCache) -> str:
-    parts = [line_suffix]
-    used = tokens.count_line(line_suffix)
-    for following in range(line + 1, doc.line_count):
-        text = doc.line_text(following)
-        used += tokens.count_line(text)
-        if used > budget:
-            break
-        parts.append(text)
-    return "\n".join(parts)
+    rest = _lines_within(doc, line + 1, budget - tokens.count_line(line_suffix), tokens)
+    return "\n".join([line_suffix, *rest])
 
 
 def _near_suffix_text(doc: Document, line: int, line_suffix: str, lines: int) -> str:
@@ -463,6 +456,11 @@ def far_suffix_start(doc: Document, first: int, step_chars: int) -> int | None:
 
 def _far_suffix_text(doc: Document, start: int, budget: int, tokens: TokenCache) -> str:
     """Lines from `start` within `budget` tokens: a function of the text from `start` on only."""
+    return "\n".join(_lines_within(doc, start, budget, tokens))
+
+
+def _lines_within(doc: Document, start: int, budget: int, tokens: TokenCache) -> list[str]:
+    """The lines from `start` on whose tokens (with their line breaks) fit in `budget`."""
     parts: list[str] = []
     used = 0
     for row in range(start, doc.line_count):
@@ -471,7 +469,7 @@ def _far_suffix_text(doc: Document, start: int, budget: int, tokens: TokenCache)
         if used > budget:
             break
         parts.append(text)
-    return "\n".join(parts)
+    return parts
 
 
 def render_far_suffix_as_comments(far: str, path: str, comment: str) -> str:

@@ -362,17 +362,11 @@ def llama_vim_server(args: argparse.Namespace) -> Callable[[], AbstractContextMa
     """The anchor's llama-server: the GGUF the codespec server loads (--model, or the default profile's
     target), its thread count, and the flags of the server llama.vim's README runs."""
     from codespec.llama_server import LlamaServer, find_llama_server
-    from codespec.models import default_profile, ensure_bundled_gguf, parse_spec
+    from codespec.models import default_profile, gguf_of
     from codespec.sessions.llama_vim import SERVER_ARGS
 
     find_llama_server()  # fail before any server starts
-    spec = parse_spec(args.model or default_profile().target)
-    if spec.kind == "bundled":
-        gguf = ensure_bundled_gguf(spec.name)
-    elif spec.kind == "gguf" and spec.path is not None:
-        gguf = spec.path
-    else:
-        raise CodespecError("--llama-vim needs a GGUF-backed --model (bundled:... or a .gguf file)")
+    gguf = gguf_of(args.model or default_profile().target, "--llama-vim")
     return lambda: LlamaServer(gguf, threads=args.threads, context=8192, extra_args=SERVER_ARGS)
 
 

@@ -79,9 +79,7 @@ def test_perfect_model_scores_full_marks_and_rescores_the_same(tmp_path) -> None
 
 
 @pytest.mark.slow
-def test_bundled_05b_infills_some_lines(bundled_05b) -> None:
-    from codespec.engine import Engine
-
+def test_the_default_cpu_model_infills_some_lines(default_cpu_engine) -> None:
     tasks = build_tasks("single", 4)
-    rows = run_tasks(tasks, Engine(bundled_05b, None, "lookup"), bundled_05b.tokenizer, max_new_tokens=48)
+    rows = run_tasks(tasks, default_cpu_engine, default_cpu_engine.tokenizer, max_new_tokens=48)
     assert sum(r["exact_post"] for r in rows) >= 1  # a real model gets some of them exactly
