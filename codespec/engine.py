@@ -24,7 +24,7 @@ from codespec.proposers import (
     LookupProposer,
     Proposer,
 )
-from codespec.runtimes import ForwardCancelled, Runtime
+from codespec.runtimes import Runtime
 from codespec.runtimes.torch_runtime import TorchRuntime
 from codespec.sampling import Sampler
 
@@ -300,13 +300,7 @@ class Engine:
                 complete = False
                 stats.prefill_tokens = start - keep
                 break
-            try:
-                self.runtime.forward(prompt[start : min(start + self.prefill_chunk, len(prompt) - 1)], logits=1,
-                                     cancelled=None if cancel is None else lambda: cancel.cancelled)
-            except ForwardCancelled:  # stopped inside the chunk: the chunks before it stay cached
-                complete = False
-                stats.prefill_tokens = start - keep
-                break
+            self.runtime.forward(prompt[start : min(start + self.prefill_chunk, len(prompt) - 1)], logits=1)
             _count_if_cancelled(cancel, stats)
         stats.prefill_s = time.perf_counter() - t0
         return complete

@@ -16,7 +16,7 @@ import json
 import os
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,10 +30,6 @@ RUNTIMES = ("auto", "torch", "llamacpp")
 # runtime may order them differently (bf16 rounds logits of ~20 to steps of 0.125; llama.cpp quantizes
 # activations to 8 bits per block in a batch).
 NEAR_TIE_LOGITS = 0.5
-
-
-class ForwardCancelled(Exception):
-    """A forward stopped part way because its request was cancelled; the cache holds what it held before."""
 
 
 @dataclass(frozen=True)
@@ -75,10 +71,9 @@ class Runtime(ABC):
         self.cost_curve: CostCurve | None = None
 
     @abstractmethod
-    def forward(self, tokens: Sequence[int], logits: int, cancelled: Callable[[], bool] | None = None) -> torch.Tensor:
+    def forward(self, tokens: Sequence[int], logits: int) -> torch.Tensor:
         """Run `tokens` after the cached ones (appending them to the cache); float32 logits of the last
-        `logits` positions, shape [logits, vocab]. A runtime that can stop inside a forward polls `cancelled`
-        and raises ForwardCancelled (a prompt chunk then costs no more than the time to notice)."""
+        `logits` positions, shape [logits, vocab]."""
 
     @abstractmethod
     def truncate(self, length: int) -> None:

@@ -10,19 +10,18 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from codespec.errors import CodespecError
-from codespec.runtimes import ForwardCancelled, Runtime
+from codespec.runtimes import Runtime
 
 BUILD_HINT = ("llama-cpp-python is not installed (it builds from source: `make venv`, or "
               "CMAKE_ARGS=\"-DGGML_NATIVE=ON -DLLAMA_CURL=OFF\" pip install llama-cpp-python==0.3.36)")
 DEFAULT_CONTEXT = 4096
-ABORTED = 2  # llama_decode's status when the abort callback stopped it
 MAX_BATCH = 512
 _BACKEND = threading.Lock()
 _backend_ready = False
@@ -95,12 +94,8 @@ class LlamaCppRuntime(Runtime):
         self._memory = lib.llama_get_memory(self._ctx)
         self._batch = lib.llama_batch_init(MAX_BATCH, 0, 1)
         self.path = path
-        self._cancelled: Callable[[], bool] | None = None
-        # Kept referenced: native code holds the pointers.
-        self._abort = lib.ggml_abort_callback(lambda _data: bool(self._cancelled and self._cancelled()))
-        self._no_abort = ctypes.cast(None, lib.ggml_abort_callback)
 
-    def forward(self, tokens: Sequence[int], logits: int, cancelled: Callable[[], bool] | None = None) -> torch.Tensor:
+    def forward(self, tokens: Sequence[int], logits: int) -> torch.Tensor:
         lib = self._lib
         n = len(tokens)
         if n == 0:
@@ -123,22 +118,10 @@ class LlamaCppRuntime(Runtime):
             batch.seq_id[i][0] = 0
             batch.logits[i] = i >= n - logits
         batch.n_tokens = n
-        # ggml polls the abort callback between graph nodes: a cancel stops a prompt chunk within
-        # milliseconds. Set only while asked for, since each poll enters Python.
-        self._cancelled = cancelled
-        if cancelled is not None:
-            lib.llama_set_abort_callback(self._ctx, self._abort, ctypes.c_void_p(0))
-        try:
-            status = lib.llama_decode(self._ctx, batch)
-        finally:
-            if cancelled is not None:
-                lib.llama_set_abort_callback(self._ctx, self._no_abort, ctypes.c_void_p(0))
-            self._cancelled = None
+        status = lib.llama_decode(self._ctx, batch)
         if status != 0:
             # Anything it kept of a failed batch is dropped, so the cache again holds exactly `cached`.
             lib.llama_memory_seq_rm(self._memory, 0, start, -1)
-            if status == ABORTED:
-                raise ForwardCancelled()
             raise CodespecError(f"llama_decode failed with status {status} at {start} + {n} tokens")
         rows = np.empty((logits, self.vocab_size), dtype=np.float32)
         for row, index in enumerate(range(n - logits, n)):

@@ -5,7 +5,7 @@ head), which only this runtime can give."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 from transformers import DynamicCache
@@ -38,8 +38,7 @@ class TorchRuntime(Runtime):
         self.collect_features = False
         self._cache: DynamicCache | None = None
 
-    def forward(self, tokens: Sequence[int], logits: int, cancelled: Callable[[], bool] | None = None) -> torch.Tensor:
-        # torch cannot stop inside a forward: a cancel is seen between prefill chunks (the engine's check).
+    def forward(self, tokens: Sequence[int], logits: int) -> torch.Tensor:
         if self._cache is None:
             self._cache = DynamicCache()
         input_ids = torch.tensor([list(tokens)], device=self.device)

@@ -74,11 +74,11 @@ def test_cancel_during_prefill_stops_within_one_chunk_and_keeps_its_kv(target):
     token = CancelToken()
     forward, chunks = engine.runtime.forward, []
 
-    def cancel_during_the_second_chunk(tokens, logits, cancelled=None):
+    def cancel_during_the_second_chunk(tokens, logits):
         chunks.append(len(tokens))
         if len(chunks) == 2:
-            token.cancel()  # torch cannot stop inside a forward: the chunk finishes
-        return forward(tokens, logits, cancelled)
+            token.cancel()
+        return forward(tokens, logits)
 
     engine.runtime.forward = cancel_during_the_second_chunk
     result = engine.generate(prompt, max_new_tokens=20, cancel=token)

@@ -12,7 +12,6 @@ from codespec.proposers import CostAwareLength
 from codespec.runtimes import (
     NEAR_TIE_LOGITS,
     CostCurve,
-    ForwardCancelled,
     Runtime,
     cached_cost_curve,
     first_divergence,
@@ -132,54 +131,25 @@ def test_plain_greedy_on_llamacpp_follows_torch_greedy(runtime):
     assert ok, f"llama.cpp left torch's greedy path at a gap of {gap}"
 
 
-def test_a_cancel_stops_llamacpp_inside_a_forward_and_keeps_the_cache_consistent(runtime):
-    runtime.forward(list(range(5, 25)), logits=1)
-    with pytest.raises(ForwardCancelled):
-        runtime.forward(list(range(25, 60)), logits=1, cancelled=lambda: True)
-    assert runtime.cached == list(range(5, 25))  # nothing of the stopped forward is kept
-    torch.testing.assert_close(runtime.forward(list(range(25, 60)), logits=1)[0],
-                               _fresh_logits(runtime, list(range(5, 60))), atol=1e-4, rtol=1e-4)
-
-
-def test_a_cancel_during_a_prompt_chunk_ends_the_request_there(runtime):
+def test_cancel_between_prefill_chunks_keeps_the_llamacpp_cache_consistent(runtime):
     engine = Engine(Target(runtime), drafting="lookup", stop_token_ids=[], prefill_chunk=16)
     token = CancelToken()
-    forward, chunks = runtime.forward, []
+    forward = runtime.forward
 
-    def cancel_inside_the_second_chunk(tokens, logits, cancelled=None):
-        chunks.append(len(tokens))
-        if len(chunks) == 2:
-            polls = iter(range(3))
+    def cancel_after_the_first_chunk(tokens, logits):
+        token.cancel()
+        return forward(tokens, logits)
 
-            def cancelled_part_way() -> bool:  # the user types while the chunk runs
-                if next(polls, None) is None:
-                    token.cancel()
-                return cancelled()
-
-            return forward(tokens, logits, cancelled_part_way)
-        return forward(tokens, logits, cancelled)
-
-    runtime.forward = cancel_inside_the_second_chunk
+    runtime.forward = cancel_after_the_first_chunk
     prompt = list(range(5, 105))
     result = engine.generate(prompt, max_new_tokens=10, cancel=token)
     runtime.forward = forward
-    assert result.finish_reason == "cancelled" and chunks == [16, 16]
-    assert runtime.cached == prompt[:16] and result.stats.prefill_tokens == 16
+    assert result.finish_reason == "cancelled" and runtime.cached == prompt[:16]
     again = engine.generate(prompt, max_new_tokens=10)
     assert again.stats.reused_tokens == 16
-    plain = Engine(Target(runtime), drafting="none", stop_token_ids=[])
-    plain.reset_cache()
-    assert lossless(runtime, prompt, plain.generate(prompt, max_new_tokens=10).token_ids, again.token_ids)[0]
-
-
-def _fresh_logits(runtime: Runtime, ids: list[int]) -> torch.Tensor:
-    """The logits after `ids` computed from an empty cache; the cache then holds what it held before."""
-    saved = list(runtime.cached)
-    runtime.reset()
-    logits = runtime.forward(ids, logits=1)[0]
-    runtime.reset()
-    runtime.forward(saved, logits=1)
-    return logits
+    fresh = Engine(Target(runtime), drafting="none", stop_token_ids=[])
+    fresh.reset_cache()
+    assert lossless(runtime, prompt, fresh.generate(prompt, max_new_tokens=10).token_ids, again.token_ids)[0]
 
 
 # --------------------------------------------------------------------------------------- cost-aware length
