@@ -33,6 +33,9 @@ def register(subparsers: argparse._SubParsersAction, name: str, help: str) -> No
                         help="auto (llama.cpp for a GGUF-backed model on a CPU, else torch), torch, llamacpp")
     parser.add_argument("--dtype", help="torch runtime: auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16")
     parser.add_argument("--threads", type=int, help="CPU threads for the model")
+    parser.add_argument("--prompt-layout", choices=["psm", "near-suffix"],
+                        help="FIM prompt layout (default near-suffix: typing re-prefills only the changed tokens)")
+    parser.add_argument("--near-suffix-lines", type=int, help="near-suffix layout: lines after the cursor line")
     parser.add_argument("--load", choices=["eager", "lazy"], help="load models at start or on first request")
     parser.add_argument("--max-tokens", type=int, help="max new tokens per suggestion")
     parser.add_argument("--streaming", action="store_true", default=None, help="send codespec/partialCompletion")
@@ -54,6 +57,8 @@ def options_from_args(args: argparse.Namespace):
         "runtime": ("--runtime", args.runtime),
         "dtype": ("--dtype", args.dtype),
         "threads": ("--threads", args.threads),
+        "promptLayout": ("--prompt-layout", args.prompt_layout),
+        "nearSuffixLines": ("--near-suffix-lines", args.near_suffix_lines),
         "loadModels": ("--load", args.load),
         "maxTokens": ("--max-tokens", args.max_tokens),
         "streaming": ("--streaming", args.streaming),

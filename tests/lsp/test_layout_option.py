@@ -31,3 +31,20 @@ def test_bad_layout_options_are_ignored_and_defaults_kept() -> None:
     assert options.prompt_layout is None and options.near_suffix_lines is None
     config = _config(options)
     assert (config.layout, config.near_suffix_lines) == (ContextConfig().layout, ContextConfig().near_suffix_lines)
+
+
+def test_serve_flags_set_the_layout_and_refuse_a_bad_value() -> None:
+    import argparse
+
+    import pytest
+
+    from codespec.errors import CodespecError
+    from lsp.cli import options_from_args, register
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers(), "serve", "serve")
+    args = parser.parse_args(["serve", "--prompt-layout", "psm", "--near-suffix-lines", "1", "--runtime", "torch"])
+    options = options_from_args(args)
+    assert (options.prompt_layout, options.near_suffix_lines, options.runtime) == ("psm", 1, "torch")
+    with pytest.raises(CodespecError, match="--near-suffix-lines 99"):
+        options_from_args(parser.parse_args(["serve", "--near-suffix-lines", "99"]))
