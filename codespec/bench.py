@@ -435,9 +435,8 @@ def run_generate(args: argparse.Namespace) -> int:
     import transformers
 
     from codespec.engine import Engine
-    from codespec.models import COST_CURVES, cache_root, load_model
-    from codespec.proposers import CostAwareLength
-    from codespec.runtimes import cached_cost_curve, resolve_runtime
+    from codespec.models import load_model
+    from codespec.runtimes import resolve_runtime
 
     transformers.logging.set_verbosity_error()
     if args.threads:
@@ -454,8 +453,7 @@ def run_generate(args: argparse.Namespace) -> int:
     draft = load_model(args.draft_model, device=args.device, dtype=args.dtype) if args.draft_model else None
     engine = Engine(target, draft, drafting="lookup", stop_token_ids=target.stop_ids or None)
     if args.cost_aware:
-        curve = cached_cost_curve(engine.runtime, args.target, cache_root() / COST_CURVES)
-        engine.draft_length = CostAwareLength(curve.cost)
+        engine.calibrate(args.target)
     prompts: list[Prompt] = []
     for name in PROMPT_SETS if args.set == "all" else args.set.split(","):
         prompts += PROMPT_SETS[name](target.tokenizer, args.n)

@@ -24,7 +24,7 @@ from codespec.proposers import (
     LookupProposer,
     Proposer,
 )
-from codespec.runtimes import Runtime
+from codespec.runtimes import Runtime, cached_cost_curve
 from codespec.runtimes.torch_runtime import TorchRuntime
 from codespec.sampling import Sampler
 
@@ -341,10 +341,13 @@ class Engine:
             self.draft_length.observe(ids)
         return new_tokens
 
-    def calibrate(self, **kwargs) -> CostAwareLength:
-        """Measure the target's cost curve (Runtime.calibrate) and verify drafts only where they pay."""
+    def calibrate(self, model_key: str) -> CostAwareLength:
+        """Verify drafts only where they pay on the target's cost curve: measured now, or read from the
+        machine's cache of curves (`cached_cost_curve`, keyed by `model_key` and the runtime's settings)."""
+        from codespec.models import COST_CURVES, cache_root
+
         self.reset_cache()
-        curve = self.runtime.calibrate(**kwargs)
+        curve = cached_cost_curve(self.runtime, model_key, cache_root() / COST_CURVES)
         self.draft_length = CostAwareLength(curve.cost)
         return self.draft_length
 

@@ -85,18 +85,12 @@ def load_engine(
     engine = Engine(target, draft, drafting=drafting, step_delay_s=step_delay_s,
                     stop_token_ids=getattr(target, "stop_ids", None) or None)
     if calibrate and drafting != "none":
-        from codespec.models import COST_CURVES, cache_root
-        from codespec.proposers import CostAwareLength
-        from codespec.runtimes import cached_cost_curve
-
         try:
-            curve = cached_cost_curve(engine.runtime, target_spec, cache_root() / COST_CURVES)
+            engine.calibrate(target_spec)
         except Exception as exc:  # a runtime that cannot time itself still decodes: every draft is verified
             print(f"codespec: measuring the target's forward cost failed ({exc}); verifying every draft",
                   file=sys.stderr)
             engine.reset_cache()
-        else:
-            engine.draft_length = CostAwareLength(curve.cost)
     engine.codespec_models = {"model": target_spec, "draftModel": draft_spec, "drafting": drafting,
                               "runtime": chosen, "runtimeFallback": fallback}
     return engine

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -64,14 +65,16 @@ class LlamaServer:
     def __enter__(self) -> LlamaServer:
         import httpx
 
-        command = self.command()
-        self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.PIPE, text=True)
+        # Its log goes to a file, not a pipe: nobody reads a pipe while it serves, and a full one would stall it.
+        self.log = tempfile.TemporaryFile()
+        self.process = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                        stderr=self.log)
         self.client = httpx.Client(base_url=self.url, timeout=httpx.Timeout(600.0, connect=5.0))
         deadline = time.monotonic() + self.startup_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                error = (self.process.stderr.read() if self.process.stderr else "")[-2000:]
+                self.log.seek(0)
+                error = self.log.read().decode(errors="replace")[-2000:]
                 raise CodespecError(f"llama-server exited with {self.process.returncode}: {error.strip()}")
             try:
                 if self.client.get("/health").status_code == 200:
@@ -92,6 +95,8 @@ class LlamaServer:
                 self.process.wait()
         if getattr(self, "client", None) is not None:
             self.client.close()
+        if getattr(self, "log", None) is not None:
+            self.log.close()
 
     def complete(self, prompt_ids: Sequence[int], max_new_tokens: int, stop_ids: Sequence[int] = ()) -> ServerCompletion:
         """Greedy completion of a tokenized prompt, cold (no prompt cache), as plain greedy is measured."""

@@ -635,13 +635,8 @@ def ensure_bundled(
 
 def ensure_gguf_file(path: Path, *, progress: bool = True) -> Path:
     """A user's .gguf converted once into the cache, keyed by its sha256."""
-    from tqdm import tqdm
-
     size = path.stat().st_size
-    with tqdm(
-        total=size, unit="B", unit_scale=True, desc="hashing GGUF", disable=not progress, file=sys.stderr
-    ) as bar:
-        sha = _sha256_file(path, bar.update)
+    sha = _hash_gguf(path, progress)
     final = cache_root() / f"gguf-{re.sub(r'[^A-Za-z0-9_.-]', '_', path.stem)}-{sha[:12]}"
     if check_cache(final, sha).state == "converted":
         return final
@@ -687,16 +682,21 @@ def gguf_of(spec: str, purpose: str = "this") -> Path:
 def ensure_gguf_tokenizer(path: Path, *, progress: bool = True) -> Path:
     """The HF tokenizer of a user's .gguf (the llama.cpp runtime loads the weights from the file itself),
     saved once into the cache keyed by the file's sha256."""
-    from tqdm import tqdm
-
-    with tqdm(total=path.stat().st_size, unit="B", unit_scale=True, desc="hashing GGUF", disable=not progress,
-              file=sys.stderr) as bar:
-        sha = _sha256_file(path, bar.update)
+    sha = _hash_gguf(path, progress)
     final = cache_root() / f"tokenizer-{re.sub(r'[^A-Za-z0-9_.-]', '_', path.stem)}-{sha[:12]}"
     if check_cache(final, sha).state != "converted":
         _build_cache(final, sha, lambda scratch, out_dir: _save_gguf_tokenizer(path, out_dir),
                      needed_bytes=64 << 20, marker={"spec": str(path), "dtype": "tokenizer"})
     return final
+
+
+def _hash_gguf(path: Path, progress: bool) -> str:
+    """A user's GGUF's sha256 (its cache key), with a progress bar: multi-GB files take a while."""
+    from tqdm import tqdm
+
+    with tqdm(total=path.stat().st_size, unit="B", unit_scale=True, desc="hashing GGUF", disable=not progress,
+              file=sys.stderr) as bar:
+        return _sha256_file(path, bar.update)
 
 
 def _save_gguf_tokenizer(gguf_path: Path, out_dir: Path) -> None:
@@ -837,6 +837,7 @@ def load_model(
 def _load_llamacpp(spec: str, parsed: ModelSpec, device: str | torch.device, dtype: str | torch.dtype,
                    threads: int | None, progress: bool) -> LoadedModel:
     """A GGUF target on llama.cpp: the bundled GGUF assembled once into the cache, or a user's .gguf file."""
+    import torch
     from transformers import AutoTokenizer
 
     from codespec.runtimes.llamacpp import LlamaCppRuntime
@@ -858,8 +859,6 @@ def _load_llamacpp(spec: str, parsed: ModelSpec, device: str | torch.device, dty
     else:
         raise CodespecError(f"the llamacpp runtime loads GGUF files: {spec!r} is not one (use --runtime torch)")
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir), local_files_only=True)
-    import torch
-
     # torch only does small work beside llama.cpp then (argmax, sampling): its OpenMP threads spinning after
     # a parallel op would take cores from llama.cpp's next forward.
     torch.set_num_threads(1)

@@ -153,7 +153,7 @@ class LookupProposer:
                 tokens = index.tokens[end + 1 : end + 1 + length]
                 if tokens:
                     # Acceptance rises with the match length: long matches are tracked apart from short ones.
-                    key = f"{self.name}:{min(matched, 8) if matched < 8 else '8+'}"
+                    key = f"{self.name}:{matched if matched < 8 else '8+'}"
                     return Draft(tokens=list(tokens), probs=None, source=self.name, key=key)
         return None
 

@@ -50,7 +50,7 @@ def _library():
         if not _backend_ready:
             # Only errors reach stderr: the server's stderr is its log, and llama.cpp's load chatter is long.
             def log(level: int, text: bytes | None, _user: object) -> None:
-                if level == GGML_LOG_LEVEL_ERROR and text or os.environ.get("CODESPEC_LLAMA_LOG"):
+                if text and (level == GGML_LOG_LEVEL_ERROR or os.environ.get("CODESPEC_LLAMA_LOG")):
                     os.write(2, b"llama.cpp: " + text)
 
             _log_callback = llama_cpp.llama_log_callback(log)
