@@ -47,20 +47,17 @@ def layout_config(name: str, base: ContextConfig | None = None) -> ContextConfig
 
 
 def session_requests(path: Path) -> Iterator[tuple[dict[str, Document], Document, int, int]]:
-    """Replays one session file: yields (open documents, document, line, character) at each
-    inline-completion request, with every earlier edit applied."""
+    """Replays one session file (read and checked by the sessions module): yields (open documents,
+    document, line, character) at each inline-completion request, with every earlier edit applied."""
+    from codespec.sessions.format import DID_CHANGE, DID_CLOSE, DID_OPEN, INLINE_COMPLETION, read_session
+
     docs: dict[str, Document] = {}
-    for raw in path.read_text(encoding="utf-8").splitlines():
-        record = json.loads(raw)
-        message = record.get("send")
-        if not message:
-            continue
-        method, params = message.get("method"), message.get("params", {})
-        if method == "textDocument/didOpen":
+    for event in read_session(path).events:
+        params, uri = event.params, event.uri
+        if event.method == DID_OPEN:
             item = params["textDocument"]
-            docs[item["uri"]] = Document(item["uri"], item["languageId"], item["text"], item.get("version", 0))
-        elif method == "textDocument/didChange":
-            doc = docs[params["textDocument"]["uri"]]
+            docs[uri] = Document(uri, item["languageId"], item["text"], item.get("version", 0))
+        elif event.method == DID_CHANGE:
             for change in params["contentChanges"]:
                 span = change.get("range")
                 rng = None
@@ -69,14 +66,12 @@ def session_requests(path: Path) -> Iterator[tuple[dict[str, Document], Document
                         (span["start"]["line"], span["start"]["character"]),
                         (span["end"]["line"], span["end"]["character"]),
                     )
-                doc.apply_change(rng, change["text"], params["textDocument"].get("version"))
-        elif method == "textDocument/didClose":
-            docs.pop(params["textDocument"]["uri"], None)
-        elif method == "textDocument/inlineCompletion":
-            uri = params["textDocument"]["uri"]
-            if uri in docs:
-                position = params["position"]
-                yield docs, docs[uri], position["line"], position["character"]
+                docs[uri].apply_change(rng, change["text"], params["textDocument"].get("version"))
+        elif event.method == DID_CLOSE:
+            docs.pop(uri, None)
+        elif event.method == INLINE_COMPLETION and uri in docs:
+            position = params["position"]
+            yield docs, docs[uri], position["line"], position["character"]
 
 
 def keystroke_costs(tokenizer, config: ContextConfig, sessions: Sequence[Path]) -> dict[str, Any]:
