@@ -7,18 +7,19 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
-DEFAULT_SESSION = (
-    Path(__file__).resolve().parents[1] / "tests" / "sessions" / "data" / "stdlib-colorsys-hls_to_rgb.jsonl"
-)
+# Package data (pyproject.toml: [tool.setuptools.package-data]); a copy of the corpus session
+# tests/sessions/data/stdlib-colorsys-hls_to_rgb.jsonl, so that an installed codespec has it too.
+DEFAULT_SESSION = "stdlib-colorsys-hls_to_rgb.jsonl"
 
 
 def register(subparsers: Any, name: str, help_text: str) -> None:
     parser = subparsers.add_parser(name, help=help_text, description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--session", type=Path, help="a codespec-session file (default: a bundled corpus session)"
+        "--session", type=Path, help="a codespec-session file (default: the session shipped in codespec/data)"
     )
     parser.add_argument("--speed", default="1", help="time factor or max (default 1: real typing speed)")
     parser.add_argument("--model", help="target model spec (default: the server's default model)")
@@ -32,17 +33,13 @@ def register(subparsers: Any, name: str, help_text: str) -> None:
 
 
 def load_demo_session(path: Path | None):
+    """The session at `path`, else the one shipped as package data (codespec/data)."""
     from codespec.sessions.format import read_session
 
-    if path is not None or DEFAULT_SESSION.exists():
-        return read_session(path or DEFAULT_SESSION)
-    import platform
-
-    from codespec.sessions.synth import stdlib_function_edit, synth_function_edit
-
-    # Installed without the test corpus: synthesize the same kind of session from this machine's stdlib.
-    edit = stdlib_function_edit("colorsys.py", "hls_to_rgb")
-    return synth_function_edit(edit, python=platform.python_version(), seed=6)
+    if path is not None:
+        return read_session(path)
+    with resources.as_file(resources.files("codespec").joinpath("data", DEFAULT_SESSION)) as shipped:
+        return read_session(shipped)
 
 
 def server_command(args: argparse.Namespace) -> list[str]:
