@@ -398,23 +398,13 @@ def _register_sub_bench(sub, name: str, module: str, help_text: str) -> None:
         mod = None
     if mod is None or not hasattr(mod, "register_bench"):
         sub.add_parser(name, help=help_text, add_help=False).set_defaults(
-            func=lambda args, m=module, n=name: _delegate(m, n, args))
+            func=lambda args, m=module, n=name: _unavailable(m, n))
         return
     mod.register_bench(sub.add_parser(name, help=help_text, description=help_text))
 
 
-def _delegate(module: str, name: str, args: argparse.Namespace) -> int:
-    import importlib
-    import sys
-
-    try:
-        mod = importlib.import_module(module)
-    except ModuleNotFoundError:
-        raise CodespecError(f"`codespec bench {name}` is not available in this build ({module} missing)") from None
-    parser = argparse.ArgumentParser(prog=f"codespec bench {name}")
-    mod.register_bench(parser)
-    sub_args = parser.parse_args(sys.argv[sys.argv.index(name) + 1:] if name in sys.argv else [])
-    return int(sub_args.func(sub_args) or 0)
+def _unavailable(module: str, name: str) -> int:
+    raise CodespecError(f"`codespec bench {name}` is not available in this build ({module} missing)")
 
 
 def run_generate(args: argparse.Namespace) -> int:

@@ -57,7 +57,6 @@ FIM_STOP_TOKENS = (
     "<|file_sep|>",
     "<|repo_name|>",
 )
-QWEN_FAMILY = "qwen2.5-coder"
 
 
 @dataclass(frozen=True)
@@ -776,9 +775,7 @@ class LoadedModel:
     device: torch.device
     dtype: torch.dtype
     name: str = ""
-    family: str = QWEN_FAMILY  # selects the FIM prompt template
     path: Path | None = None  # the HF directory it was loaded from, if any
-    max_context: int | None = None  # config.max_position_embeddings
     stop_ids: list[int] = field(default_factory=list)  # stop_token_ids(tokenizer)
 
 
@@ -863,7 +860,7 @@ def _load_llamacpp(spec: str, parsed: ModelSpec, device: str | torch.device, dty
     # a parallel op would take cores from llama.cpp's next forward.
     torch.set_num_threads(1)
     return LoadedModel(model=runtime, tokenizer=tokenizer, spec=spec, device=torch.device("cpu"),  # type: ignore[arg-type]
-                       dtype=torch.float32, name=name, path=gguf_path, max_context=runtime.max_positions,
+                       dtype=torch.float32, name=name, path=gguf_path,
                        stop_ids=stop_token_ids(tokenizer))
 
 
@@ -933,12 +930,6 @@ def _wrap(
     name: str,
     path: Path | None,
 ) -> LoadedModel:
-    vocab = tokenizer.get_vocab()
-    family = (
-        QWEN_FAMILY
-        if all(t in vocab for t in ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"))
-        else "unknown"
-    )
     return LoadedModel(
         model=model,
         tokenizer=tokenizer,
@@ -946,9 +937,7 @@ def _wrap(
         device=device,
         dtype=dtype,
         name=name,
-        family=family,
         path=path,
-        max_context=getattr(model.config, "max_position_embeddings", None),
         stop_ids=stop_token_ids(tokenizer),
     )
 

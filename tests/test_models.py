@@ -205,7 +205,7 @@ def test_tiny_loads_with_stop_tokens_and_threads():
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
-    assert (loaded.device.type, loaded.dtype, loaded.family) == ("cpu", torch.float32, "qwen2.5-coder")
+    assert (loaded.device.type, loaded.dtype) == ("cpu", torch.float32)
     assert torch.equal(_logits(loaded.model, "def f(x):"), _logits(tiny_model(3), "def f(x):"))
     vocab = loaded.tokenizer.get_vocab()
     assert loaded.stop_ids == stop_token_ids(loaded.tokenizer)

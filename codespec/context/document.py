@@ -110,11 +110,6 @@ class Document:
         return self._text
 
     @property
-    def source_bytes(self) -> bytes:
-        """The UTF-8 bytes tree-sitter sees (byte offsets of nodes index into this)."""
-        return self._bytes
-
-    @property
     def line_count(self) -> int:
         return len(self._starts)
 

@@ -17,7 +17,7 @@ import ast
 import json
 import random
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -263,7 +263,3 @@ def register_bench(parser: argparse.ArgumentParser) -> None:
         "--rescore", metavar="ROWS.jsonl", help="re-apply post-processing to a run's raw outputs"
     )
     parser.set_defaults(func=run)
-
-
-def tasks_as_dicts(tasks: list[InfillTask]) -> list[dict]:
-    return [asdict(t) for t in tasks]

@@ -156,9 +156,5 @@ class BlockStop:
         return None
 
 
-def never_stop(text: str) -> int | None:
-    return None
-
-
 def stop_now(text: str) -> int | None:
     return 0

@@ -234,10 +234,6 @@ class StdioServer:
                 self._cond.wait(min(left, 0.5))
             return True
 
-    @property
-    def stdout_closed(self) -> bool:
-        return self._eof
-
     def stderr_tail(self, chars: int = 2000) -> str:
         return self.stderr_text()[-chars:]
 

@@ -17,6 +17,10 @@ TOK = tiny_tokenizer()
 FIM = [TOK.convert_tokens_to_ids(t) for t in ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>")]
 
 
+def squeezed(text: str) -> str:
+    return "".join(text.split())
+
+
 def stdlib_doc(name: str) -> Document:
     path = STDLIB / name
     return Document(path.as_uri(), "python", path.read_text(encoding="utf-8"))
@@ -163,6 +167,7 @@ def test_stdlib_random_cursors(name: str) -> None:
         ctx = build_context(doc, line, character, tokenizer=TOK, cache=cache)
         assert ctx.mode in ("none", "line", "block")
         if ctx.mode == "none":
+            assert ctx.reason and ctx.prompt_ids == [] and postprocess("x = 1", ctx) == ""
             continue
         offset = doc.offset_at(line, character)
         assert doc.text[:offset].endswith(ctx.prefix[len(ctx.header) :] + ctx.healed)
@@ -171,7 +176,12 @@ def test_stdlib_random_cursors(name: str) -> None:
         generated = doc.text[offset : offset + 200]  # the "model" writes what is really there
         keep = ctx.stop(generated)
         assert keep is None or 0 <= keep <= len(generated)
-        assert isinstance(postprocess(generated[:keep], ctx), str)
+        text = postprocess(generated[:keep], ctx)
+        # the filters only cut and re-indent: what is left is the document's own continuation, without
+        # trailing whitespace and within the line limit
+        assert squeezed(generated[:keep]).startswith(squeezed(text)), (generated[:keep], text)
+        assert text == text.rstrip()
+        assert ctx.max_lines <= 0 or text.count("\n") <= ctx.max_lines
 
 
 

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from codespec.reliability.fuzz import CaseGenerator, FramingModel, classify, run_fuzz
+from codespec.reliability.rpc import did_open, document_text
 
 
 @pytest.fixture
@@ -50,15 +51,25 @@ def test_cases_are_deterministic_per_seed():
 
 
 def test_a_notification_method_sent_with_an_id_is_answered_once(server):
+    uri = "file:///fuzz/kept-open.py"
+    did_open(server, uri, "x = 1\n")
+    ids = []
     for method, params in [
-        ("textDocument/didClose", {"textDocument": {"uri": "file:///fuzz/nope.py"}}),
+        ("textDocument/didClose", {"textDocument": {"uri": uri}}),
         ("initialized", {}),
         ("$/cancelRequest", {"id": 12345}),
     ]:
         msg_id = server.request(method, params)
         response = server.wait_response(msg_id)
         assert response["error"]["code"] == -32600, response
-    assert server.result("codespec/stats", {})["requests"] >= 0
+        ids.append(msg_id)
+    try:
+        # rejected, not also run as the notification: the document is still open, unchanged
+        assert document_text(server, uri)["text"] == "x = 1\n"
+        assert [len(server.responses_for(msg_id)) for msg_id in ids] == [1, 1, 1]
+    finally:
+        server.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
+    assert document_text(server, uri) is None
 
 
 def test_fuzz_cases_every_request_answered_exactly_once(server):
