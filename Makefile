@@ -35,10 +35,10 @@ demo: fetch
 	$(VENV)/bin/codespec demo
 
 lint: venv
-	$(VENV)/bin/ruff check codespec lsp tests
+	$(VENV)/bin/ruff check codespec lsp tests experiments
 
 test: models
-	$(VENV)/bin/ruff check codespec lsp tests
+	$(VENV)/bin/ruff check codespec lsp tests experiments
 	$(PY) -m pytest -q -ra tests
 
 test-fast: venv

@@ -15,8 +15,8 @@ Drafting would then cost one small matrix product more per token; nothing of the
    draft model, with the fused prediction at each step's distance (the target's features along prompt + T: one
    target forward per prompt).
 
-    python docs/distill/fusion_probe.py --run /work/runs/fused --draft /work/runs/swa-last \\
-        --plain /work/runs/swa/work/plain-outputs.json --out docs/distill/fusion-probe.json -- \\
+    python experiments/distill/fusion_probe.py --run runs/fused --draft runs/swa-last \\
+        --plain RUN/work/plain-outputs.json --out experiments/distill/fusion-probe.json -- \\
         --repo $A --max-train-tokens 40000 --max-eval-tokens 4000 --fim-fraction 0.85 --greedy-fraction 0.1 \\
         --onpolicy-fraction 0.8 --greedy-batch 16 --ce-weight 0.5 --method full
 """

@@ -6,7 +6,7 @@ each draft's per-prompt rows from its DIR/distill-eval.json with the new ones an
 prompts with a paired bootstrap interval. Greedy decoding is deterministic: the base draft's rows on the
 first N prompts are the same in every report, which this checks.
 
-    python docs/distill/more_prompts.py --total 64 --out docs/distill/more-prompts.json DIR [DIR ...]
+    python experiments/distill/more_prompts.py --total 64 --out experiments/distill/more-prompts.json DIR [DIR ...]
 
 `--base-from JSON` (an earlier output of this script on the same held-out prompts) takes the base draft's
 rows on the new prompts from there instead of running the base draft again (greedy: they would be the

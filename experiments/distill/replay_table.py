@@ -1,6 +1,6 @@
 """Table and figure of a replay_tau.py output: tau and its change per drafting configuration and draft.
 
-    python docs/distill/replay_table.py docs/distill/replay-asyncio.json docs/distill/replay-asyncio.png [SKIP ...]
+    python experiments/distill/replay_table.py experiments/distill/replay-asyncio.json experiments/distill/replay-asyncio.png [SKIP ...]
 
 SKIP: drafts left out of the figure (in the table still), e.g. the target as its own draft, far above the rest.
 """

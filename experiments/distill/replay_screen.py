@@ -10,8 +10,8 @@ It also prints what tau would be if a random share of the draft's remaining mism
 the same counts by the target's own probability of its token (one target forward per prompt): whether the
 mismatches left are where the target itself hesitates.
 
-    python docs/distill/replay_screen.py --plain /work/runs/swa/work/plain-outputs.json \\
-        --out docs/distill/loss-screen.json --what-if /work/runs/swa-last /work/runs/swa-last /work/runs/tvd ...
+    python experiments/distill/replay_screen.py --plain RUN/work/plain-outputs.json \\
+        --out experiments/distill/loss-screen.json --what-if runs/swa-last runs/swa-last runs/tvd ...
 """
 
 import argparse

@@ -7,9 +7,9 @@
 The new directory gets DIR's distill.json (for `codespec bench distill`) and its work/ labels and plain-output
 cache linked (not copied), so that a bench there reuses them.
 
-    python docs/distill/weights_variant.py DIR last NEW
-    python docs/distill/weights_variant.py DIR w=1.5 NEW
-    python docs/distill/weights_variant.py DIR soup=/work/runs/ce0 NEW
+    python experiments/distill/weights_variant.py DIR last NEW
+    python experiments/distill/weights_variant.py DIR w=1.5 NEW
+    python experiments/distill/weights_variant.py DIR soup=runs/ce0 NEW
 """
 
 import json

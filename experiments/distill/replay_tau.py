@@ -10,8 +10,8 @@
 3. Where a draft's DIR/distill-eval.json (and `--engine-rows`, outputs of more_prompts.py) measured the same
    prompts with the real Engine, the replayed target forwards are compared with them, prompt by prompt.
 
-    python docs/distill/replay_tau.py --plain /work/runs/replay/plain-asyncio.json --total 160 \\
-        --out docs/distill/replay-asyncio.json DIR [DIR ...]
+    python experiments/distill/replay_tau.py --plain PLAIN.json --total 160 \\
+        --out experiments/distill/replay-asyncio.json DIR [DIR ...]
 """
 
 import argparse

@@ -6,7 +6,7 @@ distill` measured there), joins them with the base draft's rows of RUN/distill-e
 deterministic: plain greedy's token count per prompt is checked against the report), and reports tau against
 the base draft with a paired bootstrap interval, next to RUN's own distilled draft.
 
-    python docs/distill/cross_repo.py --out docs/distill/cross-repo.json RUN:DRAFT [RUN:DRAFT ...]
+    python experiments/distill/cross_repo.py --out experiments/distill/cross-repo.json RUN:DRAFT [RUN:DRAFT ...]
 """
 
 import argparse

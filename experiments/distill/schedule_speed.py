@@ -6,9 +6,9 @@ the other for every prompt (so that a slower or busier stretch of the machine we
 real `Engine`: decode seconds, target forwards, drafted and accepted tokens; every output is checked equal to
 T. What replay cannot tell: what the drafted tokens that were rejected cost.
 
-    python docs/distill/schedule_speed.py --plain /work/runs/swa/work/plain-outputs.json --prompts 12 \\
-        --config 4:8:0.3 --config 16:16:0.3 --out docs/distill/schedule-speed.json \\
-        bundled:qwen2.5-coder-0.5b /work/runs/swa-last
+    python experiments/distill/schedule_speed.py --plain RUN/work/plain-outputs.json --prompts 12 \\
+        --config 4:8:0.3 --config 16:16:0.3 --out experiments/distill/schedule-speed.json \\
+        bundled:qwen2.5-coder-0.5b runs/swa-last
 """
 
 import argparse
@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import torch
-from replay_screen import schedule  # this folder: run as `python docs/distill/schedule_speed.py`
+from replay_screen import schedule  # this folder: run as `python experiments/distill/schedule_speed.py`
 
 from codespec.engine import Engine
 from codespec.models import load_model
