@@ -21,7 +21,9 @@ from pathlib import Path
 
 import torch
 
+from codespec import fim
 from codespec.errors import CodespecError
+from codespec.modes import SPECULATIVE_MODES
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     # name -> (module, help); each module exposes `register_bench(parser)` (adds its arguments, sets `func`)
@@ -131,8 +133,8 @@ def fim_ids(tokenizer, prefix: str, suffix: str) -> list[int]:
     """Qwen2.5-Coder's FIM order: <|fim_prefix|>prefix<|fim_suffix|>suffix<|fim_middle|>."""
     marker = tokenizer.convert_tokens_to_ids
     encode = lambda text: tokenizer.encode(text, add_special_tokens=False)  # noqa: E731
-    return [marker("<|fim_prefix|>"), *encode(prefix), marker("<|fim_suffix|>"), *encode(suffix),
-            marker("<|fim_middle|>")]
+    return [marker(fim.FIM_PREFIX), *encode(prefix), marker(fim.FIM_SUFFIX), *encode(suffix),
+            marker(fim.FIM_MIDDLE)]
 
 
 # name -> (tokenizer, n) -> prompts
@@ -206,7 +208,7 @@ def build_modes(engine, target, draft, wanted: Sequence[str], servers: dict | No
             modes[mode] = hf_mode(target, stop_ids, prompt_lookup_num_tokens=10)
         elif mode == "hf-assisted" and draft is not None:
             modes[mode] = hf_mode(target, stop_ids, assistant_model=draft.model)
-        elif mode in ("lookup", "model", "both") and (mode == "lookup" or draft is not None):
+        elif mode in SPECULATIVE_MODES and (mode == "lookup" or draft is not None):
             modes[mode] = codespec_mode(engine, mode)
     return modes
 

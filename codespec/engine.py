@@ -14,6 +14,7 @@ import torch
 
 from codespec.eagle import EagleHead, EagleProposer
 from codespec.errors import CodespecError
+from codespec.modes import DRAFTING_MODES
 from codespec.proposers import (
     CombinedProposer,
     CostAwareLength,
@@ -28,7 +29,6 @@ from codespec.runtimes import Runtime, cached_cost_curve
 from codespec.runtimes.torch_runtime import TorchRuntime
 from codespec.sampling import Sampler
 
-DRAFTING_MODES = ("none", "lookup", "model", "both")
 StopFn = Callable[[str], int | None]
 
 

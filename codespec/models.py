@@ -30,6 +30,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from codespec import fim
 from codespec.errors import CodespecError
 
 if TYPE_CHECKING:
@@ -48,14 +49,14 @@ CHUNK = 8 << 20
 
 # The FIM stop tokens: the instruct models run past <|endoftext|> in FIM mode without the others.
 FIM_STOP_TOKENS = (
-    "<|endoftext|>",
-    "<|im_end|>",
-    "<|fim_prefix|>",
-    "<|fim_suffix|>",
-    "<|fim_middle|>",
-    "<|fim_pad|>",
-    "<|file_sep|>",
-    "<|repo_name|>",
+    fim.ENDOFTEXT,
+    fim.IM_END,
+    fim.FIM_PREFIX,
+    fim.FIM_SUFFIX,
+    fim.FIM_MIDDLE,
+    fim.FIM_PAD,
+    fim.FILE_SEP,
+    fim.REPO_NAME,
 )
 
 

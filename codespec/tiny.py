@@ -10,16 +10,18 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-QWEN_SPECIAL_TOKENS = [
-    "<|endoftext|>",
-    "<|im_start|>",
-    "<|im_end|>",
-    "<|fim_prefix|>",
-    "<|fim_middle|>",
-    "<|fim_suffix|>",
-    "<|fim_pad|>",
-    "<|repo_name|>",
-    "<|file_sep|>",
+from codespec import fim
+
+QWEN_SPECIAL_TOKENS = [  # in this order: the tiny vocabulary's ids follow it
+    fim.ENDOFTEXT,
+    fim.IM_START,
+    fim.IM_END,
+    fim.FIM_PREFIX,
+    fim.FIM_MIDDLE,
+    fim.FIM_SUFFIX,
+    fim.FIM_PAD,
+    fim.REPO_NAME,
+    fim.FILE_SEP,
 ]
 
 
@@ -31,7 +33,7 @@ def tiny_tokenizer() -> PreTrainedTokenizerFast:
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=fim.ENDOFTEXT, pad_token=fim.ENDOFTEXT)
     fast.add_special_tokens({"additional_special_tokens": QWEN_SPECIAL_TOKENS[1:]})
     return fast
 

@@ -30,6 +30,7 @@ from codespec.models import (
     parse_spec,
     stop_token_ids,
 )
+from codespec.modes import DRAFTING_MODES
 from codespec.tiny import tiny_model, tiny_tokenizer
 from tests.tiny_gguf import write_tiny_gguf
 
@@ -188,7 +189,7 @@ def test_dtype_and_device_resolution():
 def test_default_profiles_name_loadable_specs():
     cpu = models.default_profile(torch.device("cpu"))
     cuda = models.default_profile(torch.device("cuda"))
-    assert cpu.drafting in ("none", "lookup", "model", "both")
+    assert cpu.drafting in DRAFTING_MODES
     assert (cpu.draft is None) == (cpu.drafting in ("none", "lookup"))
     assert cuda.draft is not None and cuda.drafting in ("model", "both")
     for spec in (cpu.target, cuda.target, cuda.draft):

@@ -26,6 +26,7 @@ from typing import Any
 
 from codespec.context.build import ContextCache, ContextConfig, build_context
 from codespec.context.document import Document
+from codespec.modes import DRAFTING_MODES
 from codespec.proposers import common_prefix_len
 from codespec.stats import percentile
 
@@ -242,7 +243,7 @@ def register_bench(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokenizer", default="bundled:qwen2.5-coder-0.5b", help="(a): whose tokenizer")
     parser.add_argument("--sessions", default=str(SESSIONS), help="(a): folder of session .jsonl files")
     parser.add_argument("--model", default="bundled:qwen2.5-coder-0.5b", help="(b): the model")
-    parser.add_argument("--draft", default="lookup", choices=["none", "lookup", "model", "both"])
+    parser.add_argument("--draft", default="lookup", choices=DRAFTING_MODES)
     parser.add_argument("--n", type=int, default=40, help="(b): prompts cut from stdlib files")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-tokens", type=int, default=48)

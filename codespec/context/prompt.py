@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 from transformers import PreTrainedTokenizerBase
 
+from codespec import fim
+
 # ----------------------------------------------------------------------------------------------- templates
 
 
@@ -34,9 +36,7 @@ class FimTemplate:
 
 
 TEMPLATES: dict[str, FimTemplate] = {
-    "qwen": FimTemplate(
-        "qwen", "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|repo_name|>", "<|file_sep|>"
-    ),
+    "qwen": FimTemplate("qwen", *fim.FIM_MARKERS, fim.REPO_NAME, fim.FILE_SEP),
     "starcoder": FimTemplate(
         "starcoder", "<fim_prefix>", "<fim_suffix>", "<fim_middle>", "<repo_name>", "<file_sep>"
     ),

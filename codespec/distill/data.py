@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from codespec import fim
 from codespec.errors import CodespecError
 
 SKIP_DIRS = {".git", ".hg", ".svn", "__pycache__", "node_modules", ".venv", "venv", "build", "dist", ".tox"}
@@ -135,9 +136,9 @@ def _named_nodes(node) -> Iterator:
 
 
 def fim_marker_ids(tokenizer) -> tuple[int, int, int]:
-    ids = tokenizer.convert_tokens_to_ids(["<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"])
+    ids = tokenizer.convert_tokens_to_ids(list(fim.FIM_MARKERS))
     if any(i is None or i == tokenizer.unk_token_id for i in ids):
-        raise CodespecError("the tokenizer has no FIM tokens (<|fim_prefix|> ...); distillation needs a FIM model")
+        raise CodespecError(f"the tokenizer has no FIM tokens ({fim.FIM_PREFIX} ...); distillation needs a FIM model")
     return tuple(ids)
 
 

@@ -5,10 +5,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from codespec.engine import Engine
+from codespec.modes import DRAFTING_MODES
 from codespec.proposers import DraftModelConfig
 from tests.engine.conftest import Bundle, reference_greedy
 
-MODES = ["none", "lookup", "model", "both"]
+MODES = list(DRAFTING_MODES)
 # Prompts built from a few repeated chunks: the drafters then find long matches (long accepts).
 chunk = st.lists(st.integers(min_value=0, max_value=255), min_size=1, max_size=12)
 repetitive_prompt = st.lists(chunk, min_size=1, max_size=6).flatmap(
