@@ -45,13 +45,14 @@ class ServerCompletion:
 
 
 class LlamaServer:
-    """`with LlamaServer(gguf, threads=2) as server: server.complete(ids, 48)`; stopped on exit."""
+    """`with LlamaServer(gguf, threads=2) as server: server.complete(ids, 48)`; stopped on exit. `slots`:
+    requests it runs at once (`--parallel`; the context is split between them)."""
 
     def __init__(self, gguf: Path, *, threads: int | None = None, context: int = 4096,
-                 extra_args: Sequence[str] = (), startup_s: float = 120.0) -> None:
+                 extra_args: Sequence[str] = (), startup_s: float = 120.0, slots: int = 1) -> None:
         self.binary = find_llama_server()
         self.gguf, self.threads, self.context = gguf, threads or os.cpu_count() or 1, context
-        self.extra_args, self.startup_s = list(extra_args), startup_s
+        self.extra_args, self.startup_s, self.slots = list(extra_args), startup_s, slots
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen | None = None
@@ -59,7 +60,7 @@ class LlamaServer:
     def command(self) -> list[str]:
         """The command line `__enter__` starts (reports show it)."""
         return [str(self.binary), "-m", str(self.gguf), "--host", "127.0.0.1", "--port", str(self.port),
-                "-t", str(self.threads), "-tb", str(self.threads), "-c", str(self.context), "--parallel", "1",
+                "-t", str(self.threads), "-tb", str(self.threads), "-c", str(self.context), "--parallel", str(self.slots),
                 "--no-webui", *self.extra_args]
 
     def __enter__(self) -> LlamaServer:

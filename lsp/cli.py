@@ -33,6 +33,10 @@ def register(subparsers: argparse._SubParsersAction, name: str, help: str) -> No
                         help="auto (llama.cpp for a GGUF-backed model on a CPU, else torch), torch, llamacpp")
     parser.add_argument("--dtype", help="torch runtime: auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16")
     parser.add_argument("--threads", type=int, help="CPU threads for the model")
+    parser.add_argument("--engine", metavar="URL",
+                        help="generate on a serving engine (llama-server, vLLM, SGLang: OpenAI /v1/completions) "
+                             "instead of local models; --model then names only the tokenizer and FIM template")
+    parser.add_argument("--engine-model", metavar="NAME", help="the model name the engine serves (default: its only one)")
     parser.add_argument("--prompt-layout", choices=["psm", "near-suffix"],
                         help="FIM prompt layout (default near-suffix: typing re-prefills only the changed tokens)")
     parser.add_argument("--near-suffix-lines", type=int, help="near-suffix layout: lines after the cursor line")
@@ -57,6 +61,8 @@ def options_from_args(args: argparse.Namespace):
         "runtime": ("--runtime", args.runtime),
         "dtype": ("--dtype", args.dtype),
         "threads": ("--threads", args.threads),
+        "engine": ("--engine", args.engine),
+        "engineModel": ("--engine-model", args.engine_model),
         "promptLayout": ("--prompt-layout", args.prompt_layout),
         "nearSuffixLines": ("--near-suffix-lines", args.near_suffix_lines),
         "loadModels": ("--load", args.load),

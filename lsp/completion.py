@@ -42,6 +42,8 @@ class Superseded:
 
 
 SUPERSEDED_RESULT = Superseded()
+# Finish reasons of a generation whose text is cut short: it answers nothing and is never reused.
+ENDED_SHORT = ("cancelled", "unavailable")
 
 
 class ModelError(Exception):
@@ -127,7 +129,7 @@ class Generation:
 
     def consistent_with(self, typed: str, *, postprocess: Callable[[str, Any], str]) -> bool:
         """Could this generation still serve a request after `typed`?"""
-        if self.error is not None or self.token.cancelled:
+        if self.error is not None or self.token.cancelled or self.record.finish_reason in ENDED_SHORT:
             return False  # a cancelled generation's text is cut short: never serve it as complete
         if self.done:
             full = postprocess(self.text, self.ctx)
@@ -476,7 +478,7 @@ class CompletionManager:
             if generation.error is not None:
                 waiter.future.set_exception(generation.error)
                 continue
-            if generation.done and generation.record.finish_reason == "cancelled":
+            if generation.done and generation.record.finish_reason in ENDED_SHORT:
                 waiter.future.set_result(None)
                 continue
             suggestion = generation.suggestion(postprocess=self.postprocess, early=options.early_answer)

@@ -29,6 +29,9 @@ class ServerOptions:
     runtime: str = "auto"  # codespec.runtimes.RUNTIMES: auto | torch | llamacpp
     dtype: str = "auto"  # torch runtime: auto | float32 | bfloat16 | float16
     threads: int | None = None
+    # A serving engine's URL (codespec.remote): generation happens there, only the tokenizer loads here.
+    engine: str | None = None
+    engine_model: str | None = None  # None: the one model the engine serves
     load_models: str = "eager"
     max_tokens: int = 128
     max_lines: int | None = None  # None: the context room's default for the mode
@@ -58,6 +61,8 @@ class ServerOptions:
         "runtime": "runtime",
         "dtype": "dtype",
         "threads": "threads",
+        "engine": "engine",
+        "engineModel": "engine_model",
         "loadModels": "load_models",
         "maxTokens": "max_tokens",
         "maxLines": "max_lines",
@@ -74,7 +79,8 @@ class ServerOptions:
         "stepDelay": "step_delay_s",
         "debugFailMarker": "debug_fail_marker",
     }
-    MODEL_FIELDS = ("model", "draft_model", "drafting", "device", "runtime", "dtype", "threads")
+    MODEL_FIELDS = ("model", "draft_model", "drafting", "device", "runtime", "dtype", "threads", "engine",
+                    "engine_model")
 
     def updated(self, settings: Any) -> ServerOptions:
         """A copy with the recognised keys of `settings` applied; bad values are logged and ignored."""
@@ -145,7 +151,9 @@ def coerce(name: str, value: Any) -> Any:
         return value
     if name == "draft_model" and value in ("", "none"):
         return "none"
-    if name in ("model", "draft_model", "drafting") and value is None:
+    if name == "engine" and isinstance(value, str) and value and not value.startswith(("http://", "https://")):
+        raise ValueError("expected an http:// or https:// URL")
+    if name in ("model", "draft_model", "drafting", "engine", "engine_model") and value is None:
         return None
     if name == "debug_fail_marker" and value is None:
         return None

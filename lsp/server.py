@@ -261,6 +261,8 @@ class CodespecServer(LanguageServer):
             o = self.options
             models = {"model": o.model or "default", "draftModel": o.draft_model, "drafting": o.drafting}
         report["engine"] = {"loaded": self.engine is not None, **models}
+        if self.engine is not None and hasattr(self.engine, "health"):
+            report["engine"]["remote"] = self.engine.health()
         if self.engine is not None and hasattr(self.engine, "runtime"):
             # The runtime (its cost curve) and the acceptance the cost-aware draft length works from.
             report["engine"]["runtimeInfo"] = self.engine.runtime.describe()
@@ -277,6 +279,10 @@ def build_engine(options: ServerOptions) -> Any:
     from codespec.engine_options import load_engine
 
     o = options
+    if o.engine:
+        from codespec.remote import remote_engine
+
+        return remote_engine(o.engine, o.resolved_models()[0], o.engine_model)
     return load_engine(o.model, o.draft_model, o.drafting, device=o.device, dtype=o.dtype, threads=o.threads,
                        runtime=o.runtime, step_delay_s=o.step_delay_s, degrade=True)
 

@@ -248,3 +248,21 @@ def advance(line: int, character: int, text: str, *, units=utf16_len) -> tuple[i
 
 def end_position(text: str, *, units=utf16_len) -> tuple[int, int]:
     return advance(0, 0, text, units=units)
+
+
+@contextlib.contextmanager
+def tiny_llama_server(directory, *, slots: int = 2):
+    """llama.cpp's llama-server (built by `make llama-server`) serving the tiny model as a GGUF; yields its URL."""
+    import pytest
+
+    from codespec.errors import CodespecError
+    from codespec.llama_server import LlamaServer, find_llama_server
+    from tests.tiny_gguf import write_tiny_gguf
+
+    try:
+        find_llama_server()
+    except CodespecError as exc:
+        pytest.skip(str(exc))
+    gguf = write_tiny_gguf(directory / "tiny.gguf", merges=True)
+    with LlamaServer(gguf, threads=1, context=2048 * slots, slots=slots) as server:
+        yield server.url

@@ -88,6 +88,13 @@ async def test_capabilities_and_loading_progress(client):
     (reports,) = client.progress_reports.values()
     assert isinstance(reports[0], types.WorkDoneProgressBegin)
     assert reports[0].title == "codespec: loading models"
+    # The backend is the one this run asked for: a remote engine reports itself, the local one its runtime.
+    engine = (await stats(client))["engine"]
+    if client.backend == "engine":
+        assert engine["runtime"] == "remote" and engine["remote"]["engineKind"] == "llama-server"
+        assert engine["remote"]["trouble"] == []
+    else:
+        assert "remote" not in engine and engine["runtime"] == "torch"
 
 
 async def test_inline_completion_item_shape_accept_and_completion_fallback(client):
