@@ -84,7 +84,8 @@ def _install_fake(
     )
     monkeypatch.syspath_prepend(str(site))  # also invalidates importlib's finder caches
     monkeypatch.setitem(models.BUNDLED, FAKE, bundle)
-    monkeypatch.setattr(models, "BUNDLED_ORDER", (FAKE,))
+    for module in (models.spec, models.cli):  # where BUNDLED_ORDER is read
+        monkeypatch.setattr(module, "BUNDLED_ORDER", (FAKE,))
     cache = tmp_path / "cache"
     monkeypatch.setenv(models.CACHE_ENV, str(cache))
     return FakeBundle(bundle, blob, site, cache)
@@ -258,7 +259,7 @@ def test_gguf_file_spec_converts_once_into_the_cache(monkeypatch, tmp_path, tiny
     assert torch.equal(_logits(loaded.model, "def g():"), _logits(tiny_model(0), "def g():"))
     assert loaded.path is not None and loaded.path.parent == tmp_path / "cache"
     assert check_cache(loaded.path, hashlib.sha256(tiny_gguf_bytes).hexdigest()).state == "converted"
-    monkeypatch.setattr(models, "convert_gguf_to_hf", _must_not_convert)
+    monkeypatch.setattr(models.convert, "convert_gguf_to_hf", _must_not_convert)
     assert load_model(str(path), progress=False).path == loaded.path
 
 
@@ -287,7 +288,7 @@ def test_bundled_model_converts_once_then_loads_from_cache(fake, monkeypatch):
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(marker["files"])
     assert _leftovers(fake.cache) == []
 
-    monkeypatch.setattr(models, "convert_gguf_to_hf", _must_not_convert)
+    monkeypatch.setattr(models.convert, "convert_gguf_to_hf", _must_not_convert)
     loaded = load_model(f"bundled:{FAKE}", progress=False)
     assert loaded.name == FAKE and loaded.path == fake.cache_dir and loaded.dtype == torch.float32
     text = "def add(a, b):\n    return a + b<|fim_middle|>"
@@ -515,7 +516,7 @@ def test_too_little_disk_space_is_reported_before_converting(fake, monkeypatch):
     class Usage:
         free = 1000
 
-    monkeypatch.setattr(models.shutil, "disk_usage", lambda path: Usage)
+    monkeypatch.setattr(models.cache.shutil, "disk_usage", lambda path: Usage)
     with pytest.raises(CodespecError, match="not enough disk space"):
         ensure_bundled(FAKE, progress=False)
     assert not fake.cache_dir.exists() and _leftovers(fake.cache) == []

@@ -204,13 +204,13 @@ def test_the_cost_curve_is_measured_once_per_machine_and_model(runtime, tmp_path
 
 
 def test_a_gguf_spec_loads_on_llamacpp_with_its_own_tokenizer(tiny_gguf, tmp_path, monkeypatch):
-    import codespec.models
+    import codespec.models.convert
     from codespec.engine_options import load_engine
 
     monkeypatch.setenv("CODESPEC_CACHE", str(tmp_path / "cache"))
     # transformers cannot read the tiny file's one-pair merge list (its result is no token): save the tiny
     # tokenizer in its place; the bundled GGUF's own tokenizer is read in tests/engine/test_real_model.py.
-    monkeypatch.setattr(codespec.models, "_save_gguf_tokenizer",
+    monkeypatch.setattr(codespec.models.convert, "_save_gguf_tokenizer",
                         lambda gguf_path, out_dir: tiny_tokenizer().save_pretrained(str(out_dir)))
     engine = load_engine(str(tiny_gguf), drafting="lookup", runtime="llamacpp", threads=1, progress=False)
     assert isinstance(engine.runtime, LlamaCppRuntime) and engine.codespec_models["runtime"] == "llamacpp"
@@ -252,11 +252,11 @@ def test_a_skipped_draft_is_not_replaced_before_it_is_scored():
 
 
 def test_a_calibration_that_fails_leaves_every_draft_verified(tiny_gguf, tmp_path, monkeypatch, capsys):
-    import codespec.models
+    import codespec.models.convert
     from codespec.engine_options import load_engine
 
     monkeypatch.setenv("CODESPEC_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(codespec.models, "_save_gguf_tokenizer",
+    monkeypatch.setattr(codespec.models.convert, "_save_gguf_tokenizer",
                         lambda gguf_path, out_dir: tiny_tokenizer().save_pretrained(str(out_dir)))
 
     def broken(self, **kwargs):

