@@ -37,7 +37,7 @@ demo: fetch
 lint: venv
 	$(VENV)/bin/ruff check codespec lsp tests experiments
 
-test: models
+test: models llama-server
 	$(VENV)/bin/ruff check codespec lsp tests experiments
 	$(PY) -m pytest -q -ra tests
 

@@ -113,6 +113,12 @@ def register_bench(parser: argparse.ArgumentParser) -> None:
         "--pause-ms", type=float, default=PAUSE_MS, help="a keystroke followed by this long without another "
         f"is a pause (default {PAUSE_MS:.0f})",
     )  # fmt: skip
+    parser.add_argument(
+        "--parallel", metavar="N,N,...", help="load as a team puts it: for each N (e.g. 1,2,4,8), N sessions "
+        "at once, each through its own `codespec serve --engine` process against one shared engine",
+    )  # fmt: skip
+    parser.add_argument("--engine", metavar="URL", help="with --parallel: the engine (default: a llama-server "
+                        "started on the --model GGUF with a slot per session of the largest N)")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for answers at a close")
     parser.add_argument("--out", type=Path, default=Path("docs"), help="directory for JSON and plots")
     parser.add_argument("--markdown", type=Path, help=f'rewrite the "{SECTION}" section of this file')
@@ -314,14 +320,14 @@ def ratio_table(ratios: dict[str, float | None]) -> str:
     return "\n".join(["| ratio (same run) | value |", "|---|---:|", *rows])
 
 
-def replace_section(path: Path, text: str) -> str:
-    """The file's new text: `text` (starting with the section heading) in place of that section, or
+def replace_section(path: Path, text: str, section: str = SECTION) -> str:
+    """The file's new text: `text` (starting with the `section` heading) in place of that section, or
     appended."""
     old = path.read_text(encoding="utf-8") if path.exists() else "# Benchmarks\n"
-    start = old.find(SECTION)
+    start = old.find(section)
     if start < 0:
         return old.rstrip("\n") + "\n\n" + text
-    end = old.find("\n## ", start + len(SECTION))
+    end = old.find("\n## ", start + len(section))
     return old[:start] + text + (old[end + 1 :] if end >= 0 else "")
 
 
@@ -387,6 +393,10 @@ def run_bench(args: argparse.Namespace) -> int:
 
     if args.pause_ms <= 0:
         raise CodespecError("--pause-ms must be positive")
+    if args.parallel:
+        from codespec.sessions.load import run_parallel
+
+        return run_parallel(args)
     sessions = pick_sessions(args.sessions, args.count)
     if not sessions:
         raise CodespecError("no sessions to replay")

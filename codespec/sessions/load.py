@@ -1,0 +1,175 @@
+"""`codespec bench replay --parallel 1,2,4,8`: a team on one serving engine. For each N, N recorded sessions
+replay at once at typing speed, each through its own `codespec serve --engine` process (as N developers'
+editors would run it) against one shared engine; the report is the pause figures and the errors per N, and
+a plot of how time to ghost text grows with N. Not a timed test."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import platform
+import sys
+import time
+from contextlib import AbstractContextManager, AsyncExitStack, nullcontext
+from pathlib import Path
+from typing import Any
+
+from codespec.errors import CodespecError
+from codespec.sessions.format import Session
+from codespec.sessions.replay import Play, ReplayServer, pause_summary
+
+SECTION = "## Shared engine load (replay --parallel)"
+WARM = {"cache": True, "typingAlong": True, "earlyAnswer": True, "prefetch": True}
+
+
+def parse_counts(text: str) -> list[int]:
+    try:
+        counts = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise CodespecError(f"--parallel {text!r}: expected counts like 1,2,4,8") from None
+    if not counts or min(counts) < 1:
+        raise CodespecError(f"--parallel {text!r}: expected positive counts like 1,2,4,8")
+    return counts
+
+
+def engine_server_command(url: str, model: str | None) -> list[str]:
+    command = [sys.executable, "-m", "codespec.cli", "serve", "--stdio", "--engine", url]
+    return command + (["--model", model] if model else [])
+
+
+async def replay_at_once(sessions: list[Session], command: list[str], *, speed: float | None,
+                         drain_timeout_s: float, pause_ms: float) -> dict[str, Any]:  # fmt: skip
+    """Each session through its own server process, all at once; the pause figures and outcome counts."""
+    async with AsyncExitStack() as stack:
+        servers = await asyncio.gather(*(
+            stack.enter_async_context(ReplayServer(command, speed=speed, drain_timeout_s=drain_timeout_s))
+            for _ in sessions
+        ))
+        started = time.perf_counter()
+        await asyncio.gather(*(server.play(Play(session, WARM, f"n{len(sessions)}"))
+                               for server, session in zip(servers, sessions, strict=True)))
+        wall = time.perf_counter() - started
+    records = [record for server in servers for record in server.result.records]
+    for index, server in enumerate(servers):  # plays of different servers must not merge into one play
+        for record in server.result.records:
+            record.play = index
+    keystrokes = sum(sum(server.result.keystrokes.values()) for server in servers)
+    saved = sum(record.chars_saved for record in records)
+    outcomes = {o: sum(r.outcome == o for r in records) for o in ("items", "null", "cancelled", "error", "missing")}
+    return {
+        "sessions": len(sessions),
+        "pauses": pause_summary(records, keystrokes, saved, pause_ms),
+        "requests": len(records),
+        **outcomes,
+        "answered_after_cancel": sum(r.answered_after_cancel is True for r in records),
+        "late_results": sum(r.late for r in records),
+        "duplicate_responses": sum(max(0, r.responses - 1) for r in records),
+        "first_error": next((r.error for r in records if r.outcome == "error"), None),
+        "wall_s": round(wall, 2),
+    }
+
+
+def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+    def ms(value: float | None) -> str:
+        return "-" if value is None else f"{value:.0f}"
+
+    lines = [
+        SECTION, "",
+        f"`{meta['command']}` on {meta['machine']}: engine `{meta['engine']}`. Each of N recorded sessions "
+        f"replays ({'at typing speed' if meta['speed'] == 1.0 else 'speed ' + str(meta['speed'])}) through its own `codespec serve --engine` process, all at once, against the one "
+        f"engine. A pause: {meta['pause_ms']:.0f} ms without a keystroke.", "",
+        "| sessions at once | pauses | coverage | time to ghost text p50 / p90 ms | requests | errors | missing "
+        "| answered after cancel |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        pauses = row["pauses"]
+        coverage = "-" if pauses["coverage"] is None else f"{100 * pauses['coverage']:.1f} %"
+        ghost = pauses["time_to_ghost_ms"]
+        lines.append(f"| {row['sessions']} | {pauses['count']} | {coverage} | {ms(ghost['p50'])} / {ms(ghost['p90'])} "
+                     f"| {row['requests']} | {row['error']} | {row['missing']} | {row['answered_after_cancel']} |")
+    lines += ["", f"Plot: [{Path(meta['plot']).name}]({Path(meta['plot']).name}).", ""]
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    counts = [row["sessions"] for row in rows]
+    fig, (ghost, coverage) = plt.subplots(1, 2, figsize=(10, 4))
+    for quantile, style in (("p50", "o-"), ("p90", "s--")):
+        values = [row["pauses"]["time_to_ghost_ms"][quantile] for row in rows]
+        ghost.plot(counts, [float("nan") if v is None else v for v in values], style, label=quantile)
+    ghost.set(xlabel="sessions at once (one codespec serve each)", ylabel="time to ghost text at a pause, ms",
+              xscale="log", title="shared engine: time to ghost text")
+    ghost.set_xticks(counts, [str(c) for c in counts])
+    ghost.legend()
+    cover = [100 * (row["pauses"]["coverage"] or 0.0) for row in rows]
+    coverage.plot(counts, cover, "o-")
+    coverage.set(xlabel="sessions at once", ylabel="pauses with ghost text, %", xscale="log", ylim=(0, 100),
+                 title="coverage of pauses")
+    coverage.set_xticks(counts, [str(c) for c in counts])
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, format="png")
+    plt.close(fig)
+
+
+def start_engine(args: argparse.Namespace, slots: int) -> AbstractContextManager[Any]:
+    """The shared engine: --engine as given, or llama-server on the --model GGUF with `slots` slots."""
+    if args.engine:
+        return nullcontext(argparse.Namespace(url=args.engine, command=lambda: [args.engine]))
+    from codespec.llama_server import LlamaServer, find_llama_server
+    from codespec.models import default_profile, gguf_of
+
+    find_llama_server()
+    gguf = gguf_of(args.model or default_profile().target, "--parallel")
+    return LlamaServer(gguf, threads=args.threads, context=4096 * slots, slots=slots)
+
+
+def run_parallel(args: argparse.Namespace) -> int:
+    from codespec.sessions.bench import pick_sessions, replace_section
+    from codespec.sessions.files import text_writer, write_all
+    from codespec.sessions.replay import parse_speed
+
+    counts = parse_counts(args.parallel)
+    corpus = pick_sessions(args.sessions, max(counts))
+    if not corpus:
+        raise CodespecError("no sessions to replay")
+    speed = parse_speed(args.speed)
+    rows = []
+    with start_engine(args, max(counts)) as engine:
+        command = engine_server_command(engine.url, args.model)
+        for count in counts:
+            sessions = [corpus[i % len(corpus)] for i in range(count)]
+            row = asyncio.run(replay_at_once(sessions, command, speed=speed, drain_timeout_s=args.timeout,
+                                             pause_ms=args.pause_ms))
+            rows.append(row)
+            ghost = row["pauses"]["time_to_ghost_ms"]
+            print(f"N={count}: coverage {row['pauses']['coverage']}, time to ghost text p50/p90 {ghost['p50']} / "
+                  f"{ghost['p90']} ms, {row['requests']} requests, {row['error']} errors, {row['missing']} missing",
+                  flush=True)
+        engine_command = " ".join(str(part) for part in engine.command())
+    plot_path = args.out / "bench-replay-parallel.png"
+    meta = {
+        "command": "codespec bench replay " + " ".join(sys.argv[3:]) if sys.argv[1:3] == ["bench", "replay"]
+        else f"codespec bench replay --parallel {args.parallel}",
+        "machine": f"{platform.machine()} {platform.system()}, Python {platform.python_version()}",
+        "engine": engine_command, "server": " ".join(command[1:]), "pause_ms": args.pause_ms,
+        "speed": "max" if speed is None else speed, "plot": str(plot_path),
+        "sessions": [s.name for s in corpus],
+    }
+    text = markdown(rows, meta)
+    outputs = {
+        args.out / "bench-replay-parallel.json": text_writer(json.dumps({"meta": meta, "rows": rows}, indent=2,
+                                                                        default=str)),
+        plot_path: lambda path: plot(rows, path),
+    }
+    if args.markdown:
+        outputs[args.markdown] = text_writer(replace_section(args.markdown, text, SECTION))
+    write_all(outputs)
+    print(text)
+    return 0

@@ -1,0 +1,35 @@
+"""`codespec bench replay --parallel`: sessions at once, each through its own `codespec serve --engine`,
+against one real llama-server: every request answered or cancelled, none answered after its cancel."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from codespec.cli import main
+from codespec.errors import CodespecError
+from codespec.sessions.load import parse_counts
+from tests.lsp.helpers import tiny_llama_server
+
+
+def test_parallel_replay_against_one_engine(tmp_path, capsys):
+    with tiny_llama_server(tmp_path, slots=2) as url:
+        code = main(["bench", "replay", "--parallel", "1,2", "--count", "2", "--speed", "max", "--model", "tiny",
+                     "--engine", url, "--out", str(tmp_path), "--markdown", str(tmp_path / "bench.md")])
+    assert code == 0
+    data = json.loads((tmp_path / "bench-replay-parallel.json").read_text())
+    assert [row["sessions"] for row in data["rows"]] == [1, 2]
+    for row in data["rows"]:
+        assert row["requests"] > 0
+        assert row["items"] + row["null"] + row["cancelled"] == row["requests"]  # none missing, no errors
+        assert row["answered_after_cancel"] == 0 and row["duplicate_responses"] == 0
+    assert data["rows"][1]["requests"] > data["rows"][0]["requests"]  # two sessions' worth of typing
+    assert (tmp_path / "bench-replay-parallel.png").stat().st_size > 0
+    assert "## Shared engine load (replay --parallel)" in (tmp_path / "bench.md").read_text()
+
+
+@pytest.mark.parametrize("text", ["", "0,2", "two"])
+def test_bad_counts(text):
+    with pytest.raises(CodespecError, match="--parallel"):
+        parse_counts(text)
