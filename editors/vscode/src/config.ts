@@ -9,6 +9,8 @@ export interface CodespecSettings {
   draft: string;
   drafting: string;
   device: string;
+  engine: string;
+  engineModel: string;
   streaming: boolean;
   statsIntervalSeconds: number;
 }
@@ -21,6 +23,8 @@ export const DEFAULT_SETTINGS: CodespecSettings = {
   draft: "",
   drafting: "",
   device: "",
+  engine: "",
+  engineModel: "",
   streaming: false,
   statsIntervalSeconds: 5,
 };
@@ -28,7 +32,7 @@ export const DEFAULT_SETTINGS: CodespecSettings = {
 const DRAFTING_MODES = ["none", "lookup", "model", "both"];
 
 /** Settings whose change needs the server restarted (the rest apply live). */
-export const SERVER_SETTINGS = ["server.path", "server.args", "model", "draft", "drafting", "device", "streaming"];
+export const SERVER_SETTINGS = ["server.path", "server.args", "model", "draft", "drafting", "device", "engine", "engineModel", "streaming"];
 
 /** Read settings through `get(key)` (a WorkspaceConfiguration for section "codespec"), keeping only
  * values of the right type so that a bad settings.json cannot launch a broken command line. */
@@ -50,6 +54,8 @@ export function readSettings(get: (key: string) => unknown): CodespecSettings {
     draft: text("draft", ""),
     drafting: DRAFTING_MODES.includes(text("drafting", "")) ? text("drafting", "") : "",
     device: text("device", ""),
+    engine: text("engine", ""),
+    engineModel: text("engineModel", ""),
     streaming: typeof streaming === "boolean" ? streaming : DEFAULT_SETTINGS.streaming,
     statsIntervalSeconds:
       typeof interval === "number" && Number.isFinite(interval) && interval >= 1 ? interval : DEFAULT_SETTINGS.statsIntervalSeconds,
@@ -73,5 +79,7 @@ export function initializationOptions(settings: CodespecSettings): Record<string
   if (settings.draft) options.draftModel = settings.draft;
   if (settings.drafting) options.drafting = settings.drafting;
   if (settings.device) options.device = settings.device;
+  if (settings.engine) options.engine = settings.engine;
+  if (settings.engineModel) options.engineModel = settings.engineModel;
   return options;
 }

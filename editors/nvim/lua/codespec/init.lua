@@ -11,6 +11,8 @@ M.defaults = {
   draft = nil, -- draft model spec, e.g. "bundled:qwen2.5-coder-0.5b" ("none": no draft model)
   drafting = nil, -- "none" | "lookup" | "model" | "both"
   device = nil, -- "auto" | "cpu" | "cuda" | "mps"
+  engine = nil, -- a serving engine's URL (llama-server, vLLM, SGLang) instead of local models
+  engine_model = nil, -- the model name the engine serves (nil: the one it lists)
   streaming = false, -- ghost text grows while the server generates (codespec/partialCompletion)
   init_options = {}, -- any other server option (see docs/server.md), e.g. { maxTokens = 64 }
   filetypes = {
@@ -43,6 +45,8 @@ function M.init_options(config)
     draftModel = config.draft,
     drafting = config.drafting,
     device = config.device,
+    engine = config.engine,
+    engineModel = config.engine_model,
     -- Native inline completion cannot show partial text: streaming only feeds the plugin's ghost text.
     streaming = config.streaming and not M.uses_native(config),
   }

@@ -22,6 +22,8 @@ test("model, draft, drafting and device map to the server's option names", () =>
     draft: "bundled:qwen2.5-coder-0.5b",
     drafting: "both",
     device: "cuda",
+    engine: "http://gpu-box:8000",
+    engineModel: "Qwen/Qwen2.5-Coder-7B",
     streaming: true,
   });
   assert.deepEqual(serverLaunch(settings), {
@@ -34,6 +36,8 @@ test("model, draft, drafting and device map to the server's option names", () =>
     draftModel: "bundled:qwen2.5-coder-0.5b",
     drafting: "both",
     device: "cuda",
+    engine: "http://gpu-box:8000",
+    engineModel: "Qwen/Qwen2.5-Coder-7B",
   });
 });
 
