@@ -21,8 +21,7 @@ from torch import nn
 from transformers import DynamicCache
 
 from codespec.errors import CodespecError
-from codespec.proposers import Draft, DraftModelConfig, common_prefix_len, rollback_cache
-from codespec.sampling import Sampler
+from codespec.proposers import AutoregressiveProposer, DraftModelConfig, common_prefix_len, rollback_cache
 
 EAGLE_FILE = "eagle.json"
 EAGLE_WEIGHTS = "eagle.safetensors"
@@ -191,63 +190,55 @@ class FeatureBuffer:
         return self._rows[start:stop]
 
 
-class EagleProposer:
-    """Drafts with an EagleHead from the target's features (kept by the engine in `features`, one per cached
-    target position). The head has its own KV cache over (feature j, token j+1) pairs whose features are
-    the target's; the pairs it adds while drafting (predicted features) are dropped after each draft."""
+class EagleProposer(AutoregressiveProposer):
+    """Drafts with an EagleHead from the target's features (kept by the engine's torch runtime in `features`,
+    one per cached target position; `attach` hands them over). The head has its own KV cache over
+    (feature j, token j+1) pairs whose features are the target's; the pairs it adds while drafting
+    (predicted features) are dropped after each draft."""
 
     name = "eagle"
     uses_target_features = True
 
-    def __init__(self, head: EagleHead, features: FeatureBuffer, config: DraftModelConfig | None = None, *,
-                 stop_ids: Iterable[int] = ()) -> None:
+    def __init__(self, head: EagleHead, features: FeatureBuffer | None = None, config: DraftModelConfig | None = None,
+                 *, stop_ids: Iterable[int] = ()) -> None:
+        super().__init__(config, stop_ids=stop_ids)  # _cached: ids[:pairs + 1], the tokens of the cached pairs
         self.head = head
         self.features = features
-        self.config = config or DraftModelConfig()
         self.device = next(head.parameters()).device
-        self._cache: DynamicCache | None = None
-        self._cached: list[int] = []  # ids[:pairs + 1]: the tokens of the pairs in the head's cache
-        self._length = self.config.start_draft
-        self.stop_ids = frozenset(stop_ids)  # as DraftModelProposer.stop_ids
+        self._target = None
 
-    def begin(self, prompt_ids: Sequence[int], extra_streams: Sequence[Sequence[int]]) -> None:
-        self._length = self.config.start_draft
+    def attach(self, runtime, stop_ids: Iterable[int]) -> None:
+        super().attach(runtime, stop_ids)
+        if runtime is self._target:
+            return
+        features, model = getattr(runtime, "features", None), getattr(runtime, "model", None)
+        if features is None or not isinstance(model, nn.Module):
+            raise CodespecError("an EAGLE head drafts from the target's features: it needs the torch runtime")
+        self.head.attach(model)
+        self.features, self._target = features, runtime
 
-    def reset(self) -> None:
-        self._cache, self._cached = None, []
-
-    @torch.inference_mode()
-    def propose(self, ids: Sequence[int], max_tokens: int, sampler: Sampler) -> Draft | None:
-        limit = min(self._length, max_tokens)
+    def _can_draft(self, ids: Sequence[int]) -> bool:
         pairs = len(ids) - 1  # pair j = (feature j, token j+1); the target's features cover ids[:-1]
-        if limit <= 0 or pairs < 1 or len(self.features) < pairs:
-            return None
-        try:
-            keep = min(max(common_prefix_len(self._cached, ids) - 1, 0), pairs - 1)
-            if self._cache is None:
-                self._cache, keep = DynamicCache(), 0
-            rollback_cache(self._cache, keep)
-            features = self.features.rows(keep, pairs).unsqueeze(0)
-            next_ids = torch.tensor([list(ids[keep + 1 : pairs + 1])], device=self.device)
-            self._cached = list(ids)
-            tokens: list[int] = []
-            probs: list[torch.Tensor] = []
-            while len(tokens) < limit:
-                predicted = self.head(features, next_ids, self._cache)[:, -1:]
-                token, q = sampler.draft(self.head.logits(predicted)[0, -1].float())
-                if sampler.greedy and tokens and float(q) < self.config.min_confidence:
-                    break
-                tokens.append(token)
-                if not sampler.greedy:
-                    probs.append(q)
-                if token in self.stop_ids:
-                    break
-                features, next_ids = predicted, torch.tensor([[token]], device=self.device)
-            rollback_cache(self._cache, pairs)  # keep only the pairs with the target's own features
-        except BaseException:
-            self.reset()
-            raise
-        return Draft(tokens=tokens, probs=torch.stack(probs) if probs else None, source=self.name)
+        return pairs >= 1 and self.features is not None and len(self.features) >= pairs
 
-    def feedback(self, drafted: int, accepted: int) -> None:
-        self._length = self.config.next_length(self._length, drafted, accepted)
+    def _start(self, ids: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        pairs = len(ids) - 1
+        keep = min(max(common_prefix_len(self._cached, ids) - 1, 0), pairs - 1)
+        if self._cache is None:
+            self._cache, keep = DynamicCache(), 0
+        rollback_cache(self._cache, keep)
+        features = self.features.rows(keep, pairs).unsqueeze(0)
+        next_ids = torch.tensor([list(ids[keep + 1 : pairs + 1])], device=self.device)
+        self._cached = list(ids)
+        return features, next_ids
+
+    def _forward_step(self, step_input: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        features, next_ids = step_input
+        predicted = self.head(features, next_ids, self._cache)[:, -1:]
+        return self.head.logits(predicted)[0, -1].float(), predicted
+
+    def _next_input(self, predicted: torch.Tensor, token: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return predicted, torch.tensor([[token]], device=self.device)
+
+    def _end(self, ids: Sequence[int]) -> None:
+        rollback_cache(self._cache, len(ids) - 1)  # keep only the pairs with the target's own features

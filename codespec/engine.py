@@ -123,6 +123,7 @@ class Engine:
         draft=None,
         drafting: str = "lookup",
         *,
+        drafter: Proposer | None = None,
         lookup: LookupConfig | None = None,
         draft_config: DraftModelConfig | None = None,
         step_delay_s: float = 0.0,
@@ -130,7 +131,9 @@ class Engine:
         prefill_chunk: int | None = None,
     ) -> None:
         """`target` / `draft` are LoadedModel-like objects (with .model and .tokenizer), bare HF models, or
-        (the target) a Runtime. `prefill_chunk`: prompt tokens per prefill forward (default: the runtime's)."""
+        (the target) a Runtime. `drafter`: the model drafter, built by the caller (`drafter_from(draft)`, or any
+        Proposer), in place of the one `draft` would give; the modes "model" and "both" draft with it.
+        `prefill_chunk`: prompt tokens per prefill forward (default: the runtime's)."""
         model = _model_of(target)
         self.runtime: Runtime = model if isinstance(model, Runtime) else TorchRuntime(model)
         self.tokenizer = getattr(target, "tokenizer", None)
@@ -138,47 +141,47 @@ class Engine:
             if prefill_chunk < 1:
                 raise CodespecError(f"prefill_chunk must be >= 1, got {prefill_chunk}")
             self.runtime.prefill_chunk = prefill_chunk
-        self.draft_model = _model_of(draft) if draft is not None else None
         if drafting not in DRAFTING_MODES:
             raise CodespecError(f"unknown drafting mode {drafting!r}; use one of {', '.join(DRAFTING_MODES)}")
-        if drafting in ("model", "both") and self.draft_model is None:
+        if drafting in ("model", "both") and draft is None and drafter is None:
             raise CodespecError(f"drafting {drafting!r} needs a draft model")
-        if self.draft_model is not None and not isinstance(self.draft_model, EagleHead):
+        if draft is not None and not isinstance(_model_of(draft), EagleHead):
             _check_same_vocabulary(target, draft, self.runtime.vocab_size)
+        if drafter is None and draft is not None:
+            drafter = drafter_from(draft, draft_config)
         self.drafting = drafting
         self.step_delay_s = step_delay_s
         self.lookup = LookupProposer(lookup)
         self.stop_token_ids = set(stop_token_ids if stop_token_ids is not None else _default_stops(self))
-        self.model_drafter = self.drafter_for(draft, draft_config) if draft is not None else None
+        self.model_drafter = self._attached(drafter) if drafter is not None else None
         self.max_positions = self.runtime.max_positions
         # None: verify every draft the drafter offers; set by calibrate() from the runtime's cost curve.
         self.draft_length: CostAwareLength | None = None
 
-    def drafter_for(self, draft, config: DraftModelConfig | None = None) -> DraftModelProposer | EagleProposer:
-        """The drafter of a draft model, or of an EAGLE head (which drafts from this engine's target features)."""
-        model = _model_of(draft)
-        # A draft ends at a token that ends the generation.
-        if isinstance(model, EagleHead):
-            if not isinstance(self.runtime, TorchRuntime):
-                raise CodespecError("an EAGLE head drafts from the target's features: it needs the torch runtime")
-            return EagleProposer(model.attach(self.runtime.model), self.runtime.features, config,
-                                 stop_ids=self.stop_token_ids)
-        return DraftModelProposer(model, config, stop_ids=self.stop_token_ids)
+    def drafter_for(self, draft, config: DraftModelConfig | None = None) -> Proposer:
+        """`drafter_from(draft)`, attached to this engine (an EAGLE head drafts from its target's features)."""
+        return self._attached(drafter_from(draft, config))
 
-    @property
-    def collects_features(self) -> bool:
-        return bool(getattr(self.model_drafter, "uses_target_features", False))
+    def _attached(self, drafter: Proposer) -> Proposer:
+        drafter.attach(self.runtime, self.stop_token_ids)  # a draft ends at a token that ends the generation
+        return drafter
 
-    def proposer(self, drafting: str) -> Proposer | None:
+    def collects_features(self, drafter: Proposer | None = None) -> bool:
+        """Whether the target keeps its features: for the engine's model drafter, or this call's."""
+        return any(d is not None and d.uses_target_features for d in (self.model_drafter, drafter))
+
+    def proposer(self, drafting: str, drafter: Proposer | None = None) -> Proposer | None:
+        """The drafter of a mode; `drafter` stands in for the engine's model drafter (modes model and both)."""
         if drafting == "none":
             return None
         if drafting == "lookup":
             return self.lookup
-        if self.model_drafter is None:
+        model_drafter = drafter or self.model_drafter
+        if model_drafter is None:
             raise CodespecError(f"drafting {drafting!r} needs a draft model")
         if drafting == "model":
-            return self.model_drafter
-        return CombinedProposer(self.lookup, self.model_drafter)
+            return model_drafter
+        return CombinedProposer(self.lookup, model_drafter)
 
     @property
     def prefill_chunk(self) -> int:
@@ -209,7 +212,10 @@ class Engine:
         extra_streams: Sequence[Sequence[int]] = (),
         max_time_s: float | None = None,
         drafting: str | None = None,
+        drafter: Proposer | None = None,
     ) -> Iterator[StepEvent]:
+        """`drafting`: this call's mode (default: the engine's); `drafter`: this call's model drafter (from
+        `drafter_for`) in place of the engine's."""
         prompt = [int(t) for t in prompt_ids]
         if not prompt:
             raise CodespecError("empty prompt")
@@ -219,22 +225,26 @@ class Engine:
                 f"context window of {self.max_positions} tokens"
             )
         sampler = Sampler(temperature, top_p, seed)
-        proposer = self.proposer(drafting or self.drafting)
+        if drafter is not None:
+            self._attached(drafter)
+        proposer = self.proposer(drafting or self.drafting, drafter)
         stats = GenerationStats(prompt_tokens=len(prompt))
         started = time.perf_counter()
         try:
             yield from self._decode(prompt, max_new_tokens, sampler, proposer, stats, cancel, stop,
-                                    extra_streams, max_time_s, started)
+                                    extra_streams, max_time_s, started, self.collects_features(drafter))
         except GeneratorExit:  # the consumer stopped listening at a step boundary: the cache is consistent
             raise
         except BaseException:
             self.reset_cache()  # a forward that died may have left the cache half-written
+            if drafter is not None:
+                drafter.reset()
             raise
 
     @torch.inference_mode()
     def _decode(self, prompt, max_new_tokens, sampler, proposer, stats, cancel, stop, extra_streams,
-                max_time_s, started) -> Iterator[StepEvent]:
-        finish = None if self._prefill(prompt, stats, cancel) else "cancelled"
+                max_time_s, started, features) -> Iterator[StepEvent]:
+        finish = None if self._prefill(prompt, stats, cancel, features) else "cancelled"
         if proposer is not None and finish is None:
             proposer.begin(prompt, extra_streams)
             if self.draft_length is not None:
@@ -282,14 +292,16 @@ class Engine:
                                   stop_token=stop_token)
         yield StepEvent(text="", token_ids=[], done=True, result=result)
 
-    def _prefill(self, prompt: list[int], stats: GenerationStats, cancel: CancelToken | None = None) -> bool:
+    def _prefill(self, prompt: list[int], stats: GenerationStats, cancel: CancelToken | None = None,
+                 features: bool = False) -> bool:
         """Fill the target cache with prompt[:-1], reusing the shared prefix of the previous call, in chunks;
-        False when cancelled between two (the chunks done stay cached: the next prompt may share them)."""
+        False when cancelled between two (the chunks done stay cached: the next prompt may share them).
+        `features`: the target keeps its features (a drafter of this call uses them)."""
         t0 = time.perf_counter()
         if isinstance(self.runtime, TorchRuntime):
-            # Decided per call: the drafter may have been swapped since the last one.
-            if self.runtime.collect_features != self.collects_features:
-                self.runtime.collect_features = self.collects_features
+            # Decided per call: this call's drafter may not be the last one's.
+            if self.runtime.collect_features != features:
+                self.runtime.collect_features = features
                 self.runtime.features.truncate(0)
         keep = self.runtime.sync(prompt[:-1])
         stats.reused_tokens = keep
@@ -396,6 +408,15 @@ def _verify_sampling(draft: Draft | None, drafts: list[int], logits: torch.Tenso
         total = float(residual.sum())
         return i, sampler.sample(residual / total if total > 0 else p[i])
     return len(drafts), sampler.sample(p[len(drafts)])
+
+
+def drafter_from(draft, config: DraftModelConfig | None = None) -> Proposer:
+    """The model drafter of a draft: a DraftModelProposer for a draft model, an EagleProposer for an EAGLE head
+    (which drafts from the target's features once an engine attaches it)."""
+    model = _model_of(draft)
+    if isinstance(model, EagleHead):
+        return EagleProposer(model, None, config)
+    return DraftModelProposer(model, config)
 
 
 def _model_of(obj):

@@ -1,13 +1,14 @@
-"""Drafters for speculative decoding. Every drafter implements one small interface (`Proposer`): it is told
-about the prompt once, asked for a draft for the current sequence, and told how many of its tokens the
-target accepted. Verification lives in the engine; a drafter can never change the output, only the speed."""
+"""Drafters for speculative decoding. Every drafter implements one small interface (`Proposer`): it is attached
+to the engine's target once, told about the prompt, asked for a draft for the current sequence, and told how
+many of its tokens the target accepted. Verification lives in the engine; a drafter can never change the
+output, only the speed."""
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any
 
 import torch
 from transformers import DynamicCache
@@ -26,17 +27,31 @@ class Draft:
     key: str = ""
 
 
-class Proposer(Protocol):
-    name: str
+class Proposer:
+    """Everything the decode loop may ask of a drafter, and nothing else (as transformers' CandidateGenerator
+    declares `requires_model_outputs`): the engine reads `name` and `uses_target_features` and calls these
+    methods only. The defaults are a drafter without state."""
+
+    name: str = ""
+    # The engine keeps the target's last hidden states (one per cached position) for this drafter (EAGLE).
+    uses_target_features: bool = False
+
+    def attach(self, runtime: Any, stop_ids: Iterable[int]) -> None:
+        """The engine that verifies this drafter's drafts: its target runtime and the tokens that end a
+        generation (nothing drafted after one can be kept). Called once per engine, before any draft."""
 
     def begin(self, prompt_ids: Sequence[int], extra_streams: Sequence[Sequence[int]]) -> None:
         """A new generation starts from `prompt_ids`; `extra_streams` are other token sequences to draw from."""
 
     def propose(self, ids: Sequence[int], max_tokens: int, sampler: Sampler) -> Draft | None:
         """Draft up to `max_tokens` tokens that follow `ids` (prompt + accepted tokens so far)."""
+        raise NotImplementedError
 
     def feedback(self, drafted: int, accepted: int) -> None:
         """The target accepted `accepted` of the `drafted` tokens of the last draft."""
+
+    def reset(self) -> None:
+        """Forget any cached state: the engine's target cache was reset (or a forward failed half-way)."""
 
 
 def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
@@ -109,7 +124,7 @@ class LookupConfig:
     max_extra_streams: int = 32
 
 
-class LookupProposer:
+class LookupProposer(Proposer):
     """Prompt lookup: find the longest recent n-gram match of the sequence's tail in the prompt, the tokens
     generated so far, or extra streams (other documents, earlier completions), and propose what followed."""
 
@@ -186,50 +201,59 @@ class DraftModelConfig:
         return min(self.max_draft, length + 2) if drafted and accepted == drafted else max(self.min_draft, length - 1)
 
 
-class DraftModelProposer:
-    """A small model with the target's tokenizer drafts autoregressively, with its own KV cache kept in step
-    with the accepted tokens (and reused across generations for a shared prefix)."""
+class AutoregressiveProposer(Proposer):
+    """The drafting loop of the model drafters (a draft model, an EAGLE head): one draft forward per token,
+    each token fed back, with the drafter's own KV cache kept in step with the accepted tokens. Subclasses
+    say how the cache is synced with `ids` (`_start`), what one forward is (`_forward_step`) and what
+    follows a drafted token (`_next_input`)."""
 
-    name = "model"
-
-    def __init__(self, model: torch.nn.Module, config: DraftModelConfig | None = None, *,
-                 stop_ids: Iterable[int] = ()) -> None:
-        self.model = model
+    def __init__(self, config: DraftModelConfig | None = None, *, stop_ids: Iterable[int] = ()) -> None:
         self.config = config or DraftModelConfig()
-        self.device = next(model.parameters()).device
         self._cache: DynamicCache | None = None
         self._cached: list[int] = []  # the tokens whose keys/values are in the cache
         self._length = self.config.start_draft
         # Tokens that end a generation (the engine's own): nothing drafted after one can be kept.
         self.stop_ids = frozenset(stop_ids)
 
+    def attach(self, runtime: Any, stop_ids: Iterable[int]) -> None:
+        self.stop_ids = frozenset(stop_ids)
+
     def begin(self, prompt_ids: Sequence[int], extra_streams: Sequence[Sequence[int]]) -> None:
-        # The cache is synced lazily in propose(): this generation may never need the draft model.
+        # The cache is synced lazily in propose(): this generation may never need the drafter.
         self._length = self.config.start_draft
 
     def reset(self) -> None:
         self._cache, self._cached = None, []
 
-    def _sync(self, ids: Sequence[int]) -> list[int]:
-        """Roll the cache back to the prefix it shares with `ids`; return the tokens still to feed (>= 1)."""
-        keep = min(common_prefix_len(self._cached, ids), len(ids) - 1)
-        if self._cache is None:
-            self._cache, keep = DynamicCache(), 0
-        rollback_cache(self._cache, keep)
-        self._cached = list(ids[:keep])
-        return list(ids[keep:])
+    def _can_draft(self, ids: Sequence[int]) -> bool:
+        return True
+
+    def _start(self, ids: Sequence[int]) -> Any:
+        """Roll the cache back to what it shares with `ids`; the first forward's input."""
+        raise NotImplementedError
+
+    def _forward_step(self, step_input: Any) -> tuple[torch.Tensor, Any]:
+        """One draft forward: the next token's logits (over the whole vocabulary), and what `_next_input` needs."""
+        raise NotImplementedError
+
+    def _next_input(self, carry: Any, token: int) -> Any:
+        """The next forward's input after drafting `token`."""
+        raise NotImplementedError
+
+    def _end(self, ids: Sequence[int]) -> None:
+        """The draft is complete (drop what the cache must not keep)."""
 
     @torch.inference_mode()
     def propose(self, ids: Sequence[int], max_tokens: int, sampler: Sampler) -> Draft | None:
         limit = min(self._length, max_tokens)
-        if limit <= 0:
+        if limit <= 0 or not self._can_draft(ids):
             return None
         try:
-            feed = self._sync(ids)
+            step_input = self._start(ids)
             tokens: list[int] = []
             probs: list[torch.Tensor] = []
             while len(tokens) < limit:
-                logits = self._forward(feed)
+                logits, carry = self._forward_step(step_input)
                 token, q = sampler.draft(logits)
                 if sampler.greedy and tokens and float(q) < self.config.min_confidence:
                     break
@@ -238,13 +262,39 @@ class DraftModelProposer:
                     probs.append(q)
                 if token in self.stop_ids:
                     break
-                feed = [token]
+                step_input = self._next_input(carry, token)
+            self._end(ids)
         except BaseException:
             self.reset()
             raise
         return Draft(tokens=tokens, probs=torch.stack(probs) if probs else None, source=self.name)
 
-    def _forward(self, feed: list[int]) -> torch.Tensor:
+    def feedback(self, drafted: int, accepted: int) -> None:
+        self._length = self.config.next_length(self._length, drafted, accepted)
+
+
+class DraftModelProposer(AutoregressiveProposer):
+    """A small model with the target's tokenizer drafts autoregressively, with its own KV cache kept in step
+    with the accepted tokens (and reused across generations for a shared prefix)."""
+
+    name = "model"
+
+    def __init__(self, model: torch.nn.Module, config: DraftModelConfig | None = None, *,
+                 stop_ids: Iterable[int] = ()) -> None:
+        super().__init__(config, stop_ids=stop_ids)
+        self.model = model
+        self.device = next(model.parameters()).device
+
+    def _start(self, ids: Sequence[int]) -> list[int]:
+        """Roll the cache back to the prefix it shares with `ids`; return the tokens still to feed (>= 1)."""
+        keep = min(common_prefix_len(self._cached, ids), len(ids) - 1)
+        if self._cache is None:
+            self._cache, keep = DynamicCache(), 0
+        rollback_cache(self._cache, keep)
+        self._cached = list(ids[:keep])
+        return list(ids[keep:])
+
+    def _forward_step(self, feed: list[int]) -> tuple[torch.Tensor, None]:
         out = self.model(
             input_ids=torch.tensor([feed], device=self.device),
             past_key_values=self._cache,
@@ -252,20 +302,33 @@ class DraftModelProposer:
             logits_to_keep=1,
         )
         self._cached.extend(feed)
-        return out.logits[0, -1].float()
+        return out.logits[0, -1].float(), None
 
-    def feedback(self, drafted: int, accepted: int) -> None:
-        self._length = self.config.next_length(self._length, drafted, accepted)
+    def _next_input(self, carry: None, token: int) -> list[int]:
+        return [token]
 
 
-class CombinedProposer:
+class CombinedProposer(Proposer):
     """Lookup first (free), the draft model only when lookup has nothing to offer."""
 
     name = "both"
 
-    def __init__(self, lookup: LookupProposer, model: DraftModelProposer) -> None:
+    def __init__(self, lookup: Proposer, model: Proposer) -> None:
         self.lookup, self.model = lookup, model
         self._last: Proposer | None = None
+
+    @property
+    def uses_target_features(self) -> bool:  # type: ignore[override]
+        return self.lookup.uses_target_features or self.model.uses_target_features
+
+    def attach(self, runtime: Any, stop_ids: Iterable[int]) -> None:
+        stop_ids = list(stop_ids)
+        self.lookup.attach(runtime, stop_ids)
+        self.model.attach(runtime, stop_ids)
+
+    def reset(self) -> None:
+        self.lookup.reset()
+        self.model.reset()
 
     def begin(self, prompt_ids: Sequence[int], extra_streams: Sequence[Sequence[int]]) -> None:
         self.lookup.begin(prompt_ids, extra_streams)

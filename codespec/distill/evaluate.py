@@ -77,14 +77,14 @@ def speculative_eval(target, drafts: dict[str, object], prompts: Sequence[EvalPr
     from tqdm import tqdm
 
     from codespec.distill.replay import target_path
-    from codespec.engine import Engine
+    from codespec.engine import Engine, drafter_from
 
     names = list(drafts)
-    engine = Engine(target, drafts[names[0]], drafting="model",
-                    stop_token_ids=getattr(target, "stop_ids", None) or None)
-    # One engine, drafters swapped per run: the target's KV cache for the prompt is then reused by every
+    # One engine, each run given its drafter: the target's KV cache for the prompt is then reused by every
     # run of the same prompt (only the first run pays the prefill).
-    drafters = {name: engine.drafter_for(draft) for name, draft in drafts.items()}
+    drafters = {name: drafter_from(draft) for name, draft in drafts.items()}
+    engine = Engine(target, drafts[names[0]], drafting="model", drafter=drafters[names[0]],
+                    stop_token_ids=getattr(target, "stop_ids", None) or None)
     totals = {name: {"drafted": 0, "accepted": 0, "new_tokens": 0, "target_forwards": 0, "decode_s": 0.0,
                      "divergences": 0} for name in ["plain", *names]}
     runs = []
@@ -98,8 +98,8 @@ def speculative_eval(target, drafts: dict[str, object], prompts: Sequence[EvalPr
         bar.update()
         row = {"prompt": prompt.name, "tokens": len(plain.token_ids)}
         for name in names:
-            engine.draft_model, engine.model_drafter = drafts[name].model, drafters[name]
-            result = engine.generate(prompt.ids, max_new_tokens=max_new_tokens, drafting="model")
+            result = engine.generate(prompt.ids, max_new_tokens=max_new_tokens, drafting="model",
+                                     drafter=drafters[name])
             stats = result.stats.to_dict()
             _add(totals[name], stats)
             same = result.token_ids == plain.token_ids

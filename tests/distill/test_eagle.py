@@ -12,7 +12,7 @@ from codespec.distill import data
 from codespec.distill.head import head_agreement, head_loss, head_positions
 from codespec.distill.teacher import feature_example, feature_examples, features_key, saved_labels
 from codespec.eagle import EagleHead, EagleProposer, FeatureBuffer, load_head
-from codespec.engine import Engine
+from codespec.engine import Engine, drafter_from
 from codespec.errors import CodespecError
 from codespec.models import load_model, stop_token_ids
 from codespec.sampling import Sampler
@@ -73,7 +73,7 @@ def test_a_trained_head_drafts_tokens_the_target_accepts_and_greedy_output_is_un
     prompt_file = tmp_path / "prompt.py"
     prompt_file.write_text("def push(self, item):\n")
     assert main(["generate", "--prompt-file", str(prompt_file), "--model", "tiny:0", "--draft-model", str(trained),
-                 "--draft", "model", "--max-tokens", "24", "--json"]) == 0
+                 "--drafting", "model", "--max-tokens", "24", "--json"]) == 0
     expected = reference_greedy(target.model, tiny_tokenizer().encode("def push(self, item):\n"), 24, stops)
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["token_ids"] == expected
 
@@ -85,11 +85,11 @@ def test_features_missing_from_a_reused_cache_are_computed_again():
     prompt = list(range(10, 40))
     plain = engine.generate(prompt, max_new_tokens=12).token_ids  # cached without features
     assert len(engine.runtime.features) == 0
-    engine.draft_model, engine.model_drafter = head, engine.drafter_for(head)
-    result = engine.generate(prompt + plain[:4], max_new_tokens=8, drafting="model")
-    assert result.token_ids == plain[4:12]
+    drafter = drafter_from(head)
+    result = engine.generate(prompt + plain[:4], max_new_tokens=8, drafting="model", drafter=drafter)
+    assert result.token_ids == plain[4:12] and result.stats.drafted > 0
     assert result.stats.reused_tokens == 0 and len(engine.runtime.features) == len(engine.runtime.cached)
-    again = engine.generate(prompt + plain[:6], max_new_tokens=6, drafting="model")
+    again = engine.generate(prompt + plain[:6], max_new_tokens=6, drafting="model", drafter=drafter)
     assert again.token_ids == plain[6:12] and again.stats.reused_tokens > 0  # now the features are there
 
 
@@ -179,7 +179,7 @@ def test_the_head_drafts_only_from_its_draft_vocabulary(trained):
 
 def test_bench_distill_measures_a_head_against_the_base_draft(trained, capsys):
     capsys.readouterr()
-    assert main(["bench", "distill", "--draft-model", str(trained), "--target", "tiny:0", "--eval-prompts", "2",
+    assert main(["bench", "distill", "--draft-model", str(trained), "--model", "tiny:0", "--eval-prompts", "2",
                  "--eval-max-tokens", "12", "--quiet"]) == 0
     table = capsys.readouterr().out
     evaluation = json.loads((trained / "distill-eval.json").read_text())
