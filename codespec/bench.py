@@ -23,6 +23,7 @@ import torch
 
 from codespec import fim
 from codespec.errors import CodespecError
+from codespec.flags import add_deprecated_flag
 from codespec.modes import SPECULATIVE_MODES
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -367,7 +368,8 @@ def register(subparsers, name: str, help: str) -> None:  # noqa: A002
     parser = subparsers.add_parser(name, help=help, description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="bench", metavar="BENCH", required=True)
     gen = sub.add_parser("generate", help="decode speed of every drafting mode vs plain greedy and transformers")
-    gen.add_argument("--target", default="bundled:qwen2.5-coder-0.5b")
+    gen.add_argument("--model", dest="target", default="bundled:qwen2.5-coder-0.5b", help="the target model spec")
+    add_deprecated_flag(gen, "--target", "--model", "target")
     gen.add_argument("--draft-model", help="draft for model/both/hf-assisted (same tokenizer)")
     gen.add_argument("--set", default="all", help="comma-separated prompt sets, or all: real (FIM prompts cut "
                      "from stdlib files), edit (duplicated functions), fresh (HumanEval)")
@@ -455,7 +457,7 @@ def run_generate(args: argparse.Namespace) -> int:
         runs = run_benchmark(engine, target, draft, prompts, modes, args.max_tokens, servers=servers)
     near_ties = divergence_gaps(engine, prompts, runs)
     label = f"{target.name} on {runtime}" + (f" + {draft.name} draft" if draft else "")
-    command = (f"codespec bench generate --target {args.target} --runtime {runtime}"
+    command = (f"codespec bench generate --model {args.target} --runtime {runtime}"
                + (f" --draft-model {args.draft_model}" if args.draft_model else "")
                + f" --set {args.set} --n {args.n} --max-tokens {args.max_tokens} --modes {args.modes}"
                + (f" --threads {args.threads}" if args.threads else "")

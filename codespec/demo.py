@@ -11,6 +11,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from codespec.flags import add_deprecated_flag
+from codespec.modes import DRAFTING_MODES
+
 # Package data (pyproject.toml: [tool.setuptools.package-data]); a copy of the corpus session
 # tests/sessions/data/stdlib-colorsys-hls_to_rgb.jsonl, so that an installed codespec has it too.
 DEFAULT_SESSION = "stdlib-colorsys-hls_to_rgb.jsonl"
@@ -24,7 +27,8 @@ def register(subparsers: Any, name: str, help_text: str) -> None:
     parser.add_argument("--speed", default="1", help="time factor or max (default 1: real typing speed)")
     parser.add_argument("--model", help="target model spec (default: the server's default model)")
     parser.add_argument("--draft-model", help="draft model spec")
-    parser.add_argument("--draft", choices=["none", "lookup", "model", "both"], help="drafting mode")
+    parser.add_argument("--drafting", choices=DRAFTING_MODES, help="drafting mode")
+    add_deprecated_flag(parser, "--draft", "--drafting", "drafting", choices=DRAFTING_MODES)
     parser.add_argument("--server", help="a whole server command line instead (any LSP server)")
     parser.add_argument("--plot", type=Path, help="also write the latency plot (PNG)")
     parser.add_argument("--no-compare", dest="compare_plain", action="store_false",
@@ -49,7 +53,7 @@ def server_command(args: argparse.Namespace) -> list[str]:
     for flag, value in (
         ("--model", args.model),
         ("--draft-model", args.draft_model),
-        ("--draft", args.draft),
+        ("--drafting", args.drafting),
     ):
         if value:
             command += [flag, value]
@@ -96,10 +100,10 @@ def run(args: argparse.Namespace) -> int:
     if args.compare_plain and not args.server:
         # The same session through the same server without drafts: what the speculation buys the user.
         plain_command = list(command)
-        if "--draft" in plain_command:
-            at = plain_command.index("--draft")
+        if "--drafting" in plain_command:
+            at = plain_command.index("--drafting")
             del plain_command[at : at + 2]
-        plain_command += ["--draft", "none"]
+        plain_command += ["--drafting", "none"]
         print("\nthe same session through the plain server (no drafts) ...", flush=True)
         plain = summarize(replay([session], plain_command, speed=speed, drain_timeout_s=120.0))
         print()

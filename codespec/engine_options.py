@@ -8,6 +8,7 @@ import sys
 
 from codespec.engine import DRAFTING_MODES, Engine
 from codespec.errors import CodespecError
+from codespec.flags import add_deprecated_flag
 from codespec.runtimes import RUNTIMES
 
 
@@ -41,7 +42,7 @@ def resolve_models(
         elif target.startswith("bundled:"):
             draft = "bundled:qwen2.5-coder-0.5b"
         else:
-            raise CodespecError(f"--draft {drafting} needs --draft-model (a model with the target's tokenizer)")
+            raise CodespecError(f"--drafting {drafting} needs --draft-model (a model with the target's tokenizer)")
     if drafting in ("none", "lookup"):
         draft = None  # not loaded when it would not be used
     return target, draft, drafting
@@ -98,8 +99,9 @@ def load_engine(
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="target model spec (default: the device's profile, see `codespec models`)")
-    parser.add_argument("--draft-model", help="draft model spec for --draft model/both")
-    parser.add_argument("--draft", choices=DRAFTING_MODES, help="drafting: none (plain greedy), lookup, model, both")
+    parser.add_argument("--draft-model", help="draft model spec for --drafting model/both")
+    parser.add_argument("--drafting", choices=DRAFTING_MODES, help="none (plain greedy), lookup, model, both")
+    add_deprecated_flag(parser, "--draft", "--drafting", "drafting", choices=DRAFTING_MODES)
     parser.add_argument("--device", default="auto", help="auto (cuda if present), cpu, cuda, cuda:N")
     parser.add_argument("--runtime", default="auto", choices=RUNTIMES,
                         help="auto (llama.cpp for a GGUF-backed model on a CPU, else torch), torch, llamacpp")
@@ -109,5 +111,5 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def engine_from_args(args: argparse.Namespace, **kwargs) -> Engine:
-    return load_engine(args.model, args.draft_model, args.draft, device=args.device, dtype=args.dtype,
+    return load_engine(args.model, args.draft_model, args.drafting, device=args.device, dtype=args.dtype,
                        threads=args.threads, runtime=args.runtime, **kwargs)

@@ -9,6 +9,8 @@ import os
 import sys
 
 from codespec.errors import CodespecError
+from codespec.flags import add_deprecated_flag
+from codespec.modes import DRAFTING_MODES
 
 LOOPBACK_NAMES = {"localhost"}
 
@@ -27,7 +29,8 @@ def register(subparsers: argparse._SubParsersAction, name: str, help: str) -> No
         "--model", help="target model spec (default: the device's profile, see `codespec models`)"
     )
     parser.add_argument("--draft-model", help='draft model spec, or "none"')
-    parser.add_argument("--draft", choices=["none", "lookup", "model", "both"], help="drafting mode")
+    parser.add_argument("--drafting", choices=DRAFTING_MODES, help="drafting: none (plain greedy), lookup, model, both")
+    add_deprecated_flag(parser, "--draft", "--drafting", "drafting", choices=DRAFTING_MODES)
     parser.add_argument("--device", help="auto | cpu | cuda | cuda:N | mps")
     parser.add_argument("--runtime", choices=["auto", "torch", "llamacpp"],
                         help="auto (llama.cpp for a GGUF-backed model on a CPU, else torch), torch, llamacpp")
@@ -56,7 +59,7 @@ def options_from_args(args: argparse.Namespace):
     flags = {  # option key -> (flag, value)
         "model": ("--model", args.model),
         "draftModel": ("--draft-model", args.draft_model),
-        "drafting": ("--draft", args.draft),
+        "drafting": ("--drafting", args.drafting),
         "device": ("--device", args.device),
         "runtime": ("--runtime", args.runtime),
         "dtype": ("--dtype", args.dtype),

@@ -8,15 +8,17 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from codespec.modes import DRAFTING_MODES
+
 logger = logging.getLogger(__name__)
 
-DRAFTING_MODES = ("none", "lookup", "model", "both")
 MULTILINE_POLICIES = ("auto", "never")
 LOAD_POLICIES = ("eager", "lazy")
 RUNTIMES = ("auto", "torch", "llamacpp")  # codespec.runtimes.RUNTIMES (not imported: no torch here)
 DTYPES = ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 PROMPT_LAYOUTS = ("psm", "near-suffix")  # codespec.context.build.LAYOUTS (not imported: no torch here)
+DEPRECATED_KEYS = {"draft": "drafting"}  # old option name -> its name now (accepted for one release)
 
 
 @dataclass
@@ -90,6 +92,8 @@ class ServerOptions:
             settings = settings["codespec"]
         changes: dict[str, Any] = {}
         for key, value in settings.items():
+            if key in DEPRECATED_KEYS:
+                logger.warning("option %r is deprecated and will be removed; use %r", key, DEPRECATED_KEYS[key])
             name = self.KEYS.get(key)
             if name is None:
                 logger.warning("ignoring unknown option %r", key)

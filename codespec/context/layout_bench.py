@@ -26,6 +26,7 @@ from typing import Any
 
 from codespec.context.build import ContextCache, ContextConfig, build_context
 from codespec.context.document import Document
+from codespec.flags import add_deprecated_flag
 from codespec.modes import DRAFTING_MODES
 from codespec.proposers import common_prefix_len
 from codespec.stats import percentile
@@ -210,7 +211,7 @@ def run(args: argparse.Namespace) -> int:
 
         # The torch runtime, as `bench humaneval` loads it: greedy output is the reference model's.
         target = load_model(args.model, threads=args.threads, progress=False)
-        engine = Engine(target, None, args.draft)
+        engine = Engine(target, None, args.drafting)
         cuts = stdlib_cuts(args.n, seed=args.seed)
 
         def show(row: dict) -> None:
@@ -243,7 +244,8 @@ def register_bench(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokenizer", default="bundled:qwen2.5-coder-0.5b", help="(a): whose tokenizer")
     parser.add_argument("--sessions", default=str(SESSIONS), help="(a): folder of session .jsonl files")
     parser.add_argument("--model", default="bundled:qwen2.5-coder-0.5b", help="(b): the model")
-    parser.add_argument("--draft", default="lookup", choices=DRAFTING_MODES)
+    parser.add_argument("--drafting", default="lookup", choices=DRAFTING_MODES)
+    add_deprecated_flag(parser, "--draft", "--drafting", "drafting", choices=DRAFTING_MODES)
     parser.add_argument("--n", type=int, default=40, help="(b): prompts cut from stdlib files")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-tokens", type=int, default=48)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from codespec.distill import DIVERGENCES
 from codespec.errors import CodespecError
+from codespec.flags import add_deprecated_flag
 
 if TYPE_CHECKING:
     import torch
@@ -35,7 +36,9 @@ BF16_MIN_SPEEDUP = 1.2
 
 def add_common_arguments(parser: argparse.ArgumentParser,
                          dtype_help: str = "auto (fp32 on CPU, bf16 on CUDA), fp32, bf16, fp16") -> None:
-    parser.add_argument("--target", default=DEFAULT_TARGET, help=f"target model spec (default {DEFAULT_TARGET})")
+    parser.add_argument("--model", dest="target", default=DEFAULT_TARGET,
+                        help=f"the target model spec (default {DEFAULT_TARGET})")
+    add_deprecated_flag(parser, "--target", "--model", "target")
     parser.add_argument("--device", default="auto", help="auto (cuda if present), cpu, cuda, cuda:N")
     parser.add_argument("--dtype", default="auto", help=dtype_help)
     parser.add_argument("--threads", type=int, help="CPU threads for torch")
@@ -57,7 +60,9 @@ def add_distill_arguments(parser: argparse.ArgumentParser) -> None:
                         help="more code to train on (repeatable): each goes through the steps --repo alone would "
                              "(split, examples, middles, labels, --max-train-tokens each) and adds its training "
                              "examples; its held-out files stay unused, the evaluation is on --repo's")
-    parser.add_argument("--draft", default=DEFAULT_DRAFT, help=f"draft model spec to adapt (default {DEFAULT_DRAFT})")
+    parser.add_argument("--draft-model", dest="draft", default=DEFAULT_DRAFT,
+                        help=f"the draft model spec to adapt (default {DEFAULT_DRAFT})")
+    add_deprecated_flag(parser, "--draft", "--draft-model", "draft")
     parser.add_argument("--method", choices=tuple(DEFAULT_LR), default="lora",
                         help="lora: LoRA adapters on the draft, merged at the end; full: every weight but the token "
                              "embedding (fp32 weights, computing in --dtype; ~16 bytes per weight of memory); eagle: "

@@ -20,7 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-TINY_ARGS = ("--model", "tiny", "--draft-model", "none", "--draft", "lookup", "--threads", "1")
+from lsp.framing import frame as lsp_frame
+from lsp.framing import read_strict_frames
+
+TINY_ARGS = ("--model", "tiny", "--draft-model", "none", "--drafting", "lookup", "--threads", "1")
 WAIT_S = 30.0  # bound on every wait; never reached by a healthy server
 START_WAIT_S = 120.0  # the first start imports torch and builds the tiny model on a loaded machine
 
@@ -34,8 +37,7 @@ class NoResponse(Exception):
 
 
 def frame(message: Any) -> bytes:
-    body = json.dumps(message).encode()
-    return b"Content-Length: %d\r\n\r\n" % len(body) + body
+    return lsp_frame(json.dumps(message).encode())
 
 
 def id_key(msg_id: Any) -> str:
@@ -275,29 +277,8 @@ class StdioServer:
 
 
 def read_frames(stream: Any, violations: list[str]) -> Iterator[Any]:
-    """Strict LSP framing: headers, a blank line, exactly Content-Length bytes of JSON."""
-    while True:
-        headers: dict[str, str] = {}
-        while True:
-            line = stream.readline()
-            if not line:
-                return
-            if line == b"\r\n":
-                break
-            if not line.endswith(b"\r\n") or b":" not in line:
-                violations.append(f"stray bytes on stdout: {line[:120]!r}")
-                continue
-            name, _, value = line.decode("ascii", "replace").partition(":")
-            headers[name.strip().lower()] = value.strip()
-        try:
-            length = int(headers["content-length"])
-        except (KeyError, ValueError):
-            violations.append(f"frame without a valid Content-Length: {headers}")
-            continue
-        body = stream.read(length)
-        if len(body) < length:
-            violations.append("truncated frame on stdout")
-            return
+    """Strict LSP framing (lsp.framing.read_strict_frames) of JSON messages."""
+    for body in read_strict_frames(stream, violations):
         try:
             yield json.loads(body)
         except ValueError as exc:

@@ -96,7 +96,7 @@ def register_bench(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="target model spec for the server (default: the server's)")
     parser.add_argument("--draft-model", help='draft model spec for the speculative server (or "none")')
     parser.add_argument(
-        "--draft",
+        "--drafting",
         choices=["lookup", "model", "both"],
         help="the speculative server's drafting (default: its own)",
     )
@@ -131,12 +131,12 @@ def server_command(args: argparse.Namespace, *, plain: bool) -> list[str]:
         command += ["--model", args.model]
     if args.draft_model and not plain:
         command += ["--draft-model", args.draft_model]
-    if args.draft and not plain:
-        command += ["--draft", args.draft]
+    if args.drafting and not plain:
+        command += ["--drafting", args.drafting]
     if args.threads:
         command += ["--threads", str(args.threads)]
     if plain:
-        command += ["--draft", "none"]
+        command += ["--drafting", "none"]
     return command
 
 

@@ -50,7 +50,7 @@ def repo(tmp_path):
 def distill(repo, out, *extra: str) -> int:
     # The file's own middles and windows only, unless a test asks for the models' middles (the defaults'
     # on-policy mix runs in the two-process test).
-    return main(["distill", "--repo", str(repo), "--out", str(out), "--target", "tiny:0", "--draft", "tiny:1",
+    return main(["distill", "--repo", str(repo), "--out", str(out), "--model", "tiny:0", "--draft-model", "tiny:1",
                  "--seq-len", "96", "--max-train-tokens", "700", "--max-eval-tokens", "300", "--batch", "2",
                  "--lr", "3e-3", "--epochs", "50", "--dtype", "fp32", "--quiet", "--fim-fraction", "0.5",
                  "--greedy-fraction", "0", "--onpolicy-fraction", "0", "--ce-weight", "0.1", *extra])
@@ -151,7 +151,7 @@ def test_distill_trains_saves_a_loadable_draft_and_stays_lossless(repo, tmp_path
     prompt_file = tmp_path / "prompt.py"
     prompt_file.write_text("def push(self, item):\n")
     assert main(["generate", "--prompt-file", str(prompt_file), "--model", "tiny:0", "--draft-model", str(out),
-                 "--draft", "model", "--max-tokens", "24", "--json"]) == 0  # the CLI's --draft-model DIR
+                 "--drafting", "model", "--max-tokens", "24", "--json"]) == 0  # the CLI's --draft-model DIR
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["token_ids"] == expected
 
 
@@ -252,7 +252,7 @@ def test_bench_distill_reports_before_and_after(repo, tmp_path, capsys):
     out = tmp_path / "draft"
     assert distill(repo, out, "--max-steps", "2") == 0
     capsys.readouterr()
-    assert main(["bench", "distill", "--draft-model", str(out), "--target", "tiny:0", "--eval-prompts", "2",
+    assert main(["bench", "distill", "--draft-model", str(out), "--model", "tiny:0", "--eval-prompts", "2",
                  "--eval-max-tokens", "8", "--quiet"]) == 0
     table = capsys.readouterr().out
     assert "| base |" in table and "| distilled |" in table
@@ -276,7 +276,7 @@ def test_bench_distill_replays_tau_on_more_prompts_equal_to_the_speculative_runs
 
     monkeypatch.setattr(Engine, "generate", counting)
     # The target as the base draft: every token it drafts is accepted, the distilled draft's only some.
-    bench = ["bench", "distill", "--draft-model", str(out), "--target", "tiny:0", "--base-draft", "tiny:0",
+    bench = ["bench", "distill", "--draft-model", str(out), "--model", "tiny:0", "--base-draft", "tiny:0",
              "--eval-prompts", "3", "--eval-max-tokens", "16", "--quiet"]
     capsys.readouterr()
     assert main([*bench, "--replay-prompts", "5"]) == 0
@@ -365,7 +365,7 @@ def test_distill_with_greedy_middles_and_bf16_training_saves_an_fp32_draft(repo,
     assert any(not torch.equal(p, base.state_dict()[n]) for n, p in loaded.model.state_dict().items())
 
     capsys.readouterr()
-    assert main(["bench", "distill", "--draft-model", str(out), "--target", "tiny:0", "--eval-prompts", "2",
+    assert main(["bench", "distill", "--draft-model", str(out), "--model", "tiny:0", "--eval-prompts", "2",
                  "--eval-max-tokens", "8", "--quiet"]) == 0
     evaluation = json.loads((out / "distill-eval.json").read_text())
     # Rebuilt from the saved greedy middles and labels (fp32 here, so only the positions are the run's).
@@ -380,7 +380,7 @@ def test_distill_with_greedy_middles_and_bf16_training_saves_an_fp32_draft(repo,
         assert torch.load(out / "work" / file, weights_only=False)["key"] == report["caches"][name]
     report["caches"]["labels"]["top_k"] += 1
     (out / "distill.json").write_text(json.dumps(report))
-    assert main(["bench", "distill", "--draft-model", str(out), "--target", "tiny:0", "--eval-prompts", "1",
+    assert main(["bench", "distill", "--draft-model", str(out), "--model", "tiny:0", "--eval-prompts", "1",
                  "--eval-max-tokens", "4", "--quiet"]) == 0
     assert json.loads((out / "distill-eval.json").read_text())["agreement"] is None
 
@@ -511,7 +511,7 @@ def test_two_processes_under_accelerate_launch_train_like_one(repo, tmp_path):
         port = s.getsockname()[1]
     # With --max-minutes and no --max-train-tokens: the other process must plan and take the same examples
     # as the main one, which alone generates and labels them within its deadline.
-    common = ["--repo", str(repo), "--target", "tiny:0", "--draft", "tiny:1", "--seq-len", "96",
+    common = ["--repo", str(repo), "--model", "tiny:0", "--draft-model", "tiny:1", "--seq-len", "96",
               "--max-minutes", "30", "--max-eval-tokens", "300", "--batch", "3", "--lr", "3e-3",
               "--max-steps", "4", "--quiet", "--threads", "1"]
     launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
@@ -633,7 +633,7 @@ def test_max_minutes_bounds_the_whole_run_and_bench_reads_a_cut_run(repo, tmp_pa
     monkeypatch.setattr(cli, "_deadline", lambda at: next(deadlines) if at is not None else None)
     out = tmp_path / "draft"
     # No --max-train-tokens: with --max-minutes as many as fit. Training stops by the clock (1000 epochs).
-    assert main(["distill", "--repo", str(repo), "--out", str(out), "--target", "tiny:0", "--draft", "tiny:1",
+    assert main(["distill", "--repo", str(repo), "--out", str(out), "--model", "tiny:0", "--draft-model", "tiny:1",
                  "--seq-len", "96", "--max-eval-tokens", "600", "--batch", "2", "--epochs", "1000", "--dtype", "fp32",
                  "--quiet", "--greedy-fraction", "0.2", "--onpolicy-fraction", "0.3", "--greedy-batch", "1",
                  "--max-minutes", "0.2"]) == 0
@@ -643,7 +643,7 @@ def test_max_minutes_bounds_the_whole_run_and_bench_reads_a_cut_run(repo, tmp_pa
     assert 0 < report["train_examples"] and 0 < report["heldout_examples"]
     assert "examples were ready in the data phase's time" in capsys.readouterr().err
     # `bench distill` rebuilds exactly the held-out examples the cut run used, from the saved labels.
-    assert main(["bench", "distill", "--draft-model", str(out), "--target", "tiny:0", "--eval-prompts", "2",
+    assert main(["bench", "distill", "--draft-model", str(out), "--model", "tiny:0", "--eval-prompts", "2",
                  "--eval-max-tokens", "6", "--quiet"]) == 0
     evaluation = json.loads((out / "distill-eval.json").read_text())
     assert evaluation["agreement"]["base"]["positions"] == report["agreement"]["before"]["positions"]

@@ -19,7 +19,7 @@ SOURCE = "import math\n\n\ndef circle_area(radius):\n"
 def server_cmd(*extra: str) -> list[str]:
     codespec = shutil.which("codespec", path=str(Path(sys.executable).parent))
     base = [codespec] if codespec else [sys.executable, "-m", "codespec.cli"]
-    return [*base, "serve", "--stdio", "--model", "tiny", "--draft-model", "none", "--draft", "lookup", *extra]
+    return [*base, "serve", "--stdio", "--model", "tiny", "--draft-model", "none", "--drafting", "lookup", *extra]
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ def test_generate_json_matches_plain_greedy_for_every_drafting_mode(tmp_path):
     expected = reference_greedy(tiny_model(0), tokenizer.encode(prompt), 24, set(stop_token_ids(tokenizer)))
     for drafting in ("none", "lookup", "both"):
         args = ["generate", "--prompt-file", str(path), "--max-tokens", "24", "--model", "tiny", "--json",
-                "--draft", drafting]
+                "--drafting", drafting]
         if drafting == "both":
             args += ["--draft-model", "tiny:1"]
         proc = run_cli(*args)
@@ -50,7 +50,7 @@ def test_generate_bad_input_is_one_clear_line(tmp_path):
         (["--prompt-file", str(tmp_path / "missing.txt")], "prompt file not found"),
         (["--prompt-file", str(empty)], "empty prompt"),
         (["--prompt-file", "-", "--model", "no-such-model-spec!"], "model"),
-        (["--prompt-file", "-", "--model", "tiny", "--draft", "model"], "draft"),
+        (["--prompt-file", "-", "--model", "tiny", "--drafting", "model"], "draft"),
     ]:
         proc = run_cli("generate", *args, "--max-tokens", "4", input="x = 1\n")
         assert proc.returncode != 0
@@ -58,3 +58,17 @@ def test_generate_bad_input_is_one_clear_line(tmp_path):
         assert lines and message in lines[-1].lower(), proc.stderr
         assert "Traceback" not in proc.stderr
         assert proc.stdout == ""
+
+
+def test_the_old_flag_spelling_still_works_and_says_it_is_deprecated(tmp_path):
+    path = tmp_path / "prompt.py"
+    path.write_text("def add(a, b):\n")
+    new = run_cli("generate", "--prompt-file", str(path), "--max-tokens", "8", "--model", "tiny", "--json",
+                  "--drafting", "none")
+    old = run_cli("generate", "--prompt-file", str(path), "--max-tokens", "8", "--model", "tiny", "--json",
+                  "--draft", "none")
+    assert new.returncode == old.returncode == 0, old.stderr
+    assert json.loads(old.stdout)["token_ids"] == json.loads(new.stdout)["token_ids"]
+    assert json.loads(old.stdout)["stats"]["drafted"] == 0  # --draft none reached the engine as --drafting none
+    assert "--draft is deprecated" in old.stderr and "use --drafting" in old.stderr
+    assert "deprecated" not in new.stderr

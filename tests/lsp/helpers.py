@@ -16,7 +16,7 @@ from pytest_lsp import ClientServerConfig, LanguageClient, make_test_lsp_client
 WAIT_S = 30.0  # bound on every wait; generous for a loaded 2-core machine, never reached when healthy
 LOAD_WAIT_S = 120.0  # starting a server that imports torch and loads models, on a busy machine
 SERVER_ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-TINY_ARGS = ["--model", "tiny", "--draft-model", "none", "--draft", "lookup", "--threads", "1"]
+TINY_ARGS = ["--model", "tiny", "--draft-model", "none", "--drafting", "lookup", "--threads", "1"]
 _ids = itertools.count(1)
 
 

@@ -44,7 +44,7 @@ async def test_early_answer_then_the_longer_block_then_typing_along():
         f"bundled:{MODEL}",
         "--draft-model",
         "none",
-        "--draft",
+        "--drafting",
         "lookup",
         init_options={"maxTokens": 64, "stepDelay": 0.05, "prefetch": False},
     ) as client:

@@ -9,7 +9,7 @@ from tests.sessions.conftest import truncated
 from tests.sessions.test_replay import assert_sound
 
 TINY_SERVER = [sys.executable, "-m", "codespec.cli", "serve", "--stdio", "--model", "tiny",
-               "--draft-model", "none", "--draft", "lookup", "--threads", "1"]  # fmt: skip
+               "--draft-model", "none", "--drafting", "lookup", "--threads", "1"]  # fmt: skip
 
 
 async def test_replay_through_the_real_server(small_sessions):

@@ -6,7 +6,7 @@ export interface CodespecSettings {
   serverPath: string;
   serverArgs: string[];
   model: string;
-  draft: string;
+  draftModel: string;
   drafting: string;
   device: string;
   engine: string;
@@ -20,7 +20,7 @@ export const DEFAULT_SETTINGS: CodespecSettings = {
   serverPath: "codespec",
   serverArgs: ["serve", "--stdio"],
   model: "",
-  draft: "",
+  draftModel: "",
   drafting: "",
   device: "",
   engine: "",
@@ -32,7 +32,7 @@ export const DEFAULT_SETTINGS: CodespecSettings = {
 const DRAFTING_MODES = ["none", "lookup", "model", "both"];
 
 /** Settings whose change needs the server restarted (the rest apply live). */
-export const SERVER_SETTINGS = ["server.path", "server.args", "model", "draft", "drafting", "device", "engine", "engineModel", "streaming"];
+export const SERVER_SETTINGS = ["server.path", "server.args", "model", "draftModel", "draft", "drafting", "device", "engine", "engineModel", "streaming"];
 
 /** Read settings through `get(key)` (a WorkspaceConfiguration for section "codespec"), keeping only
  * values of the right type so that a bad settings.json cannot launch a broken command line. */
@@ -51,7 +51,8 @@ export function readSettings(get: (key: string) => unknown): CodespecSettings {
     serverArgs:
       Array.isArray(args) && args.every((arg) => typeof arg === "string") ? [...args] : [...DEFAULT_SETTINGS.serverArgs],
     model: text("model", ""),
-    draft: text("draft", ""),
+    // `codespec.draft` is the deprecated spelling of `codespec.draftModel` (one release).
+    draftModel: text("draftModel", "") || text("draft", ""),
     drafting: DRAFTING_MODES.includes(text("drafting", "")) ? text("drafting", "") : "",
     device: text("device", ""),
     engine: text("engine", ""),
@@ -76,7 +77,7 @@ export function serverLaunch(settings: CodespecSettings): ServerLaunch {
 export function initializationOptions(settings: CodespecSettings): Record<string, string | boolean> {
   const options: Record<string, string | boolean> = { streaming: settings.streaming };
   if (settings.model) options.model = settings.model;
-  if (settings.draft) options.draftModel = settings.draft;
+  if (settings.draftModel) options.draftModel = settings.draftModel;
   if (settings.drafting) options.drafting = settings.drafting;
   if (settings.device) options.device = settings.device;
   if (settings.engine) options.engine = settings.engine;

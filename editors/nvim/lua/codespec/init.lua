@@ -8,7 +8,7 @@ M.defaults = {
   cmd = { "codespec", "serve", "--stdio" },
   -- Server options, sent as initializationOptions; nil leaves the server's own default.
   model = nil, -- target model spec, e.g. "bundled:qwen2.5-coder-1.5b" or "tiny"
-  draft = nil, -- draft model spec, e.g. "bundled:qwen2.5-coder-0.5b" ("none": no draft model)
+  draft_model = nil, -- draft model spec, e.g. "bundled:qwen2.5-coder-0.5b" ("none": no draft model)
   drafting = nil, -- "none" | "lookup" | "model" | "both"
   device = nil, -- "auto" | "cpu" | "cuda" | "mps"
   engine = nil, -- a serving engine's URL (llama-server, vLLM, SGLang) instead of local models
@@ -42,7 +42,7 @@ end
 function M.init_options(config)
   local options = {
     model = config.model,
-    draftModel = config.draft,
+    draftModel = config.draft_model or config.draft, -- `draft`: the deprecated spelling (one release)
     drafting = config.drafting,
     device = config.device,
     engine = config.engine,
@@ -115,6 +115,9 @@ end
 
 function M.setup(opts)
   M.config = vim.tbl_deep_extend("force", vim.deepcopy(M.defaults), opts or {})
+  if M.config.draft ~= nil then
+    vim.notify_once("codespec: `draft` is deprecated and will be removed; use `draft_model`", vim.log.levels.WARN)
+  end
   vim.api.nvim_set_hl(0, "CodespecSuggestion", { link = "Comment", default = true })
   start_client(M.config)
   if M.uses_native(M.config) then

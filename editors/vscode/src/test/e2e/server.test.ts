@@ -36,7 +36,7 @@ import { isPartialCompletion, PARTIAL_METHOD, PartialCompletion } from "../../st
 
 const REPO = path.resolve(__dirname, "../../../../..");
 // A small simulated model delay keeps a generation running long enough to be cancelled mid-way.
-const TINY_FLAGS = ["--model", "tiny", "--draft-model", "none", "--draft", "lookup", "--step-delay", "0.01"];
+const TINY_FLAGS = ["--model", "tiny", "--draft-model", "none", "--drafting", "lookup", "--step-delay", "0.01"];
 const URI = "file:///tmp/codespec-e2e/example.py";
 const REQUEST_TIMEOUT_MS = 60_000;
 

@@ -19,7 +19,7 @@ test("model, draft, drafting and device map to the server's option names", () =>
     "server.path": " /opt/venv/bin/codespec ",
     "server.args": ["serve", "--stdio", "--threads", "4"],
     model: "bundled:qwen2.5-coder-1.5b",
-    draft: "bundled:qwen2.5-coder-0.5b",
+    draftModel: "bundled:qwen2.5-coder-0.5b",
     drafting: "both",
     device: "cuda",
     engine: "http://gpu-box:8000",
@@ -65,4 +65,9 @@ test("the returned args are a copy, not the settings' array", () => {
   serverLaunch(settings).args.push("--tcp");
   assert.deepEqual(args, ["serve", "--stdio"]);
   assert.deepEqual(settings.serverArgs, ["serve", "--stdio"]);
+});
+
+test("the deprecated codespec.draft still names the draft model", () => {
+  assert.equal(settingsFrom({ draft: "bundled:qwen2.5-coder-0.5b" }).draftModel, "bundled:qwen2.5-coder-0.5b");
+  assert.equal(settingsFrom({ draft: "old", draftModel: "new" }).draftModel, "new");
 });
