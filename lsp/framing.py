@@ -1,4 +1,9 @@
-"""The server's stdin: LSP base-protocol frames read in chunks, resynchronising after bad headers.
+"""LSP base-protocol framing, the project's one copy: `frame` writes a frame (every client here sends with
+it), `FrameParser` splits a byte stream into bodies the way the server reads its stdin (the recorder and
+the replayer read with it too), `read_strict_frames` checks a stream that must be strictly framed (the
+server's stdout, read by the reliability drivers).
+
+The server's stdin: LSP base-protocol frames read in chunks, resynchronising after bad headers.
 
 pygls 2.1.1 reads stdin a line at a time, each line a hand-off to a worker thread and back; under
 load those GIL hand-offs, not the model, capped the intake at ~70 requests/s. Its parser also takes
@@ -25,7 +30,10 @@ import os
 import re
 import signal
 import threading
+from collections.abc import Iterator
 from typing import Any, BinaryIO
+
+from lsp.protocol import reading_stopped, start_reading
 
 logger = logging.getLogger(__name__)
 
@@ -102,11 +110,45 @@ class FrameParser:
         return True
 
 
+def frame(body: bytes) -> bytes:
+    """One frame: the Content-Length header, the blank line, `body`."""
+    return b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+
+def read_strict_frames(stream: Any, violations: list[str]) -> Iterator[bytes]:
+    """The bodies of a blocking stream that must be strictly framed: header lines ending in `\r\n`, a
+    blank line, exactly Content-Length bytes. Each departure is appended to `violations`: a stray line is
+    skipped, a frame without a valid length dropped, and a truncated one ends the stream."""
+    while True:
+        headers: dict[str, str] = {}
+        while True:
+            line = stream.readline()
+            if not line:
+                return
+            if line == b"\r\n":
+                break
+            if not line.endswith(b"\r\n") or b":" not in line:
+                violations.append(f"stray bytes on stdout: {line[:120]!r}")
+                continue
+            name, _, value = line.decode("ascii", "replace").partition(":")
+            headers[name.strip().lower()] = value.strip()
+        try:
+            length = int(headers["content-length"])
+        except (KeyError, ValueError):
+            violations.append(f"frame without a valid Content-Length: {headers}")
+            continue
+        body = stream.read(length)
+        if len(body) < length:
+            violations.append("truncated frame on stdout")
+            return
+        yield body
+
+
 def serve_stdio(server: Any, stdin: BinaryIO, stdout: BinaryIO) -> None:
     """What pygls's `start_io` does, with the chunked reader (see the module docstring)."""
     from pygls.io_ import StdoutWriter
 
-    server._stop_event = threading.Event()
+    start_reading(server)
     server.protocol.set_writer(StdoutWriter(stdout))
     try:
         asyncio.run(_read_loop(server, stdin))
@@ -130,7 +172,7 @@ async def _read_loop(server: Any, stdin: BinaryIO) -> None:
         pass
     parser = FrameParser()
     protocol = server.protocol
-    while not server._stop_event.is_set():
+    while not reading_stopped(server):
         data = await chunks.get()
         if data is None:  # SIGTERM
             return

@@ -29,6 +29,7 @@ from typing import Any
 
 from codespec.reliability.rpc import WAIT_S, NoResponse, ServerGone, StdioServer, frame, id_key, warm_up
 from codespec.stats import percentile
+from lsp import framing
 
 FUZZ_URIS = [f"file:///fuzz/doc{i}.py" for i in range(6)]
 SAFE_REQUESTS = ["textDocument/inlineCompletion", "textDocument/completion", "workspace/executeCommand",
@@ -258,7 +259,7 @@ class CaseGenerator:
 
     @staticmethod
     def body_frame(body: bytes) -> bytes:
-        return b"Content-Length: %d\r\n\r\n" % len(body) + body
+        return framing.frame(body)
 
     def message(self, method: str, params: Any, msg_id: Any = None, with_id: bool = True) -> bytes:
         message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -30,6 +30,7 @@ from codespec.sessions.format import (
     make_header,
     utf16_len,
 )
+from lsp.framing import READ_CHUNK, FrameParser
 
 
 class SessionRecorder:
@@ -118,33 +119,14 @@ class SessionRecorder:
         self.close()
 
 
-def read_frame(stream: IO[bytes]) -> tuple[bytes, bytes] | None:
-    """One LSP frame from `stream`: (the raw bytes, the body), or None at end of stream."""
-    raw = bytearray()
-    length = None
-    while True:
-        line = stream.readline()
-        if not line:
-            return None
-        raw += line
-        stripped = line.strip()
-        if not stripped:
-            if length is None:
-                continue  # stray blank line between frames
-            break
-        name, _, value = stripped.decode("ascii", "replace").partition(":")
-        if name.strip().lower() == "content-length":
-            try:
-                length = int(value.strip())
-            except ValueError:
-                length = None
-    body = stream.read(length)
-    raw += body
-    return bytes(raw), body
+def _chunks(source: IO[bytes]) -> Iterator[bytes]:
+    """What `source` has, as it arrives (never waiting for a full buffer), until its end."""
+    while chunk := source.read1(READ_CHUNK) if hasattr(source, "read1") else source.read(READ_CHUNK):
+        yield chunk
 
 
 def _copy(source: IO[bytes], sink: IO[bytes]) -> None:
-    while chunk := source.read1(65536) if hasattr(source, "read1") else source.read(65536):
+    for chunk in _chunks(source):
         sink.write(chunk)
         sink.flush()
 
@@ -186,11 +168,12 @@ def proxy(
 
 
 def _forward(client_in: IO[bytes], server_in: IO[bytes], recorder: SessionRecorder) -> None:
+    parser = FrameParser()  # the client's frames as the server splits them
     try:
-        while (frame := read_frame(client_in)) is not None:
-            raw, body = frame
-            recorder.record_bytes(body)
-            server_in.write(raw)
+        for chunk in _chunks(client_in):
+            for body in parser.feed(chunk):
+                recorder.record_bytes(body)
+            server_in.write(chunk)
             server_in.flush()
     except (BrokenPipeError, ConnectionResetError, ValueError, OSError):
         pass  # the server went away first

@@ -39,6 +39,7 @@ from codespec.sessions.format import (
     is_notification,
 )
 from codespec.stats import percentile
+from lsp.framing import READ_CHUNK, FrameParser, frame
 
 # LSP error codes that mean "cancelled" rather than "failed".
 CANCEL_CODES = {-32800, -32801, -32802}  # RequestCancelled, ContentModified, ServerCancelled
@@ -95,7 +96,7 @@ class LspConnection:
         body = json.dumps({"jsonrpc": "2.0", **message}, separators=(",", ":")).encode("utf-8")
         assert self.proc.stdin is not None
         now = time.perf_counter()
-        self.proc.stdin.write(b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        self.proc.stdin.write(frame(body))
         return now
 
     def notify(self, method: str, params: Any = None) -> float:
@@ -142,24 +143,12 @@ class LspConnection:
     async def _read_loop(self) -> None:
         assert self.proc.stdout is not None
         reader = self.proc.stdout
+        parser = FrameParser()
         try:
-            while True:
-                length = None
-                while True:  # header lines up to the blank line
-                    line = await reader.readline()
-                    if not line:
-                        return
-                    line = line.strip()
-                    if not line:
-                        break
-                    name, _, value = line.decode("ascii", "replace").partition(":")
-                    if name.strip().lower() == "content-length":
-                        length = int(value.strip())
-                if length is None:
-                    continue
-                body = await reader.readexactly(length)
-                self._dispatch(json.loads(body), time.perf_counter())
-        except (asyncio.IncompleteReadError, ConnectionResetError, ValueError):
+            while data := await reader.read(READ_CHUNK):
+                for body in parser.feed(data):
+                    self._dispatch(json.loads(body), time.perf_counter())
+        except (ConnectionResetError, ValueError):
             return
         finally:
             if not self.closed.done():

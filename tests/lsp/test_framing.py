@@ -3,18 +3,19 @@ bad headers, and agreement with the fuzz driver's independent model of the same 
 
 from __future__ import annotations
 
+import io
 import json
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from codespec.reliability.fuzz import CaseGenerator, FramingModel
-from lsp.framing import MAX_HEADER_LINE, FrameParser
+from lsp import framing
+from lsp.framing import MAX_HEADER_LINE, FrameParser, read_strict_frames
 
 
 def frame(message: dict) -> bytes:
-    body = json.dumps(message).encode()
-    return b"Content-Length: %d\r\n\r\n" % len(body) + body
+    return framing.frame(json.dumps(message).encode())
 
 
 def feed_in_chunks(data: bytes, cuts: list[int]) -> tuple[list[bytes], FrameParser]:
@@ -84,3 +85,13 @@ def test_the_parser_and_the_fuzz_model_agree_on_fuzz_streams(seed, cuts):
     bodies, parser = feed_in_chunks(stream, cuts)
     assert bodies == expected
     assert parser.idle == model.clean
+
+
+def test_the_strict_reader_names_every_departure_from_the_framing():
+    good = frame(MESSAGES[1])
+    assert good == b"Content-Length: %d\r\n\r\n" % len(json.dumps(MESSAGES[1])) + json.dumps(MESSAGES[1]).encode()
+    stream = io.BytesIO(b"stray\n" + good + b"X-Other: 1\r\n\r\n" + good + b"Content-Length: 99\r\n\r\n{}")
+    violations: list[str] = []
+    assert [json.loads(b) for b in read_strict_frames(stream, violations)] == [MESSAGES[1], MESSAGES[1]]
+    assert [v.split(":")[0] for v in violations] == ["stray bytes on stdout", "frame without a valid Content-Length",
+                                                    "truncated frame on stdout"]
