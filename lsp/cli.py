@@ -121,9 +121,9 @@ def run(args: argparse.Namespace) -> int:
             from lsp.framing import serve_stdio
 
             serve_stdio(server, sys.stdin.buffer, protocol_out)
-        code = 0 if server.protocol._shutdown or server.terminated else 1
+        code = 0 if server.protocol.shutdown_requested or server.terminated else 1
     except (KeyboardInterrupt, SystemExit):
-        code = 0 if server.protocol._shutdown else 1
+        code = 0 if server.protocol.shutdown_requested else 1
     except Exception:  # a failure of the read loop itself: say so and exit, never wait on threads
         logging.getLogger("lsp").exception("the server's read loop failed; exiting")
         code = 1

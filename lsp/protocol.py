@@ -15,11 +15,15 @@
   removed when the handler is done.
 - Document sync notifications go to the server's own handlers only (its documents live in
   `codespec.context.Document`); pygls's workspace copy is not kept.
+
+This is the one module that touches pygls's private attributes (listed in PYGLS_INTERNALS, which a test
+checks against the installed pygls, so an upgrade that moves them fails loudly there, not in an editor).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 import attrs
@@ -32,6 +36,21 @@ from pygls.protocol.json_rpc import JsonRPCRequestMessage
 from pygls.protocol.language_server import lsp_method
 
 logger = logging.getLogger(__name__)
+
+# pygls 2.1.1 internals used here: (class, attribute).
+PYGLS_INTERNALS = (
+    ("protocol", "_shutdown"),
+    ("protocol", "_request_futures"),
+    ("protocol", "_converter"),
+    ("protocol", "_send_response"),
+    ("protocol", "_serialize_message"),
+    ("protocol", "_execute_handler"),
+    ("protocol", "_check_handler_result"),
+    ("protocol", "_handle_cancel_notification"),
+    ("server", "_stop_event"),
+    ("server", "_thread_pool"),
+    ("server", "_server"),
+)
 
 
 @attrs.define
@@ -76,6 +95,16 @@ class CodespecProtocol(LanguageServerProtocol):
             self._send_response(message.id, error=error.to_response_error())
             return
         super().handle_message(message)
+
+    @property
+    def shutdown_requested(self) -> bool:
+        """The client sent `shutdown`."""
+        return bool(self._shutdown)
+
+    @property
+    def requests_in_flight(self) -> int:
+        """Handlers pygls holds a future for (a leak would show here first)."""
+        return len(self._request_futures)
 
     def _serialize_message(self, data: Any) -> Any:
         out = super()._serialize_message(data)
@@ -135,3 +164,22 @@ def invalid_params(exc: Exception) -> JsonRpcInvalidParams:
 
 def _is_request(data: Any) -> bool:
     return isinstance(data, dict) and "id" in data and isinstance(data.get("method"), str)
+
+
+def start_reading(server: Any) -> None:
+    """A fresh stop flag for a read loop of our own (what pygls's start_io sets up)."""
+    server._stop_event = threading.Event()
+
+
+def reading_stopped(server: Any) -> bool:
+    return server._stop_event is not None and server._stop_event.is_set()
+
+
+def release_server(server: Any) -> None:
+    """Stop the read loop, the handler thread pool and a TCP listener, never waiting for a thread."""
+    if server._stop_event is not None:
+        server._stop_event.set()
+    if server._thread_pool is not None:
+        server._thread_pool.shutdown(wait=False, cancel_futures=True)
+    if server._server is not None:
+        server._server.close()

@@ -18,7 +18,7 @@ from pygls.lsp.server import LanguageServer
 from codespec import __version__
 from lsp.completion import SUPERSEDED_RESULT, Anchor, Answer, CompletionManager, ModelError
 from lsp.options import ServerOptions
-from lsp.protocol import CodespecProtocol
+from lsp.protocol import CodespecProtocol, release_server
 from lsp.stats import ANSWERED, CANCELLED, EMPTY, ERROR, SUPERSEDED, RequestRecord, ServerStats
 
 logger = logging.getLogger(__name__)
@@ -69,12 +69,7 @@ class CodespecServer(LanguageServer):
         """Called by pygls when the connection ends: stop model work, never wait for a thread
         (the stdin reader may be blocked in read() for good)."""
         self.manager.close()
-        if self._stop_event is not None:
-            self._stop_event.set()
-        if self._thread_pool is not None:
-            self._thread_pool.shutdown(wait=False, cancel_futures=True)
-        if self._server is not None:
-            self._server.close()
+        release_server(self)
 
     def apply_options(self, settings: Any) -> None:
         new = self.options.updated(settings)
@@ -270,7 +265,7 @@ class CodespecServer(LanguageServer):
             report["engine"]["draftAcceptance"] = policy.to_dict() if policy is not None else None
         report["positionEncoding"] = self.encoding
         # Handlers pygls holds a future for: requests in flight (a leak would show here first).
-        report["handlersInFlight"] = len(self.protocol._request_futures)
+        report["handlersInFlight"] = self.protocol.requests_in_flight
         return report
 
 
