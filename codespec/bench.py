@@ -217,7 +217,7 @@ def build_modes(engine, target, draft, wanted: Sequence[str], servers: dict | No
 # llama-server: the same GGUF on llama.cpp's own server, plain and with its own speculation (--spec-type).
 SERVER_MODES = {"llama-server": (), "llama-server-ngram": ("--spec-type", "ngram-simple"),
                 "llama-server-ngram-mod": ("--spec-type", "ngram-mod")}
-ALL_MODES = ("plain", "hf-greedy", "hf-lookup", "hf-assisted", "lookup", "model", "both", *SERVER_MODES)
+ALL_MODES = ("plain", "hf-greedy", "hf-lookup", "hf-assisted", *SPECULATIVE_MODES, *SERVER_MODES)
 # The modes every other mode's speed is divided by in the report.
 BASES = ("plain", "hf-greedy", "hf-lookup", "hf-assisted", "llama-server", "llama-server-ngram",
          "llama-server-ngram-mod")
