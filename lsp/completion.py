@@ -208,7 +208,6 @@ class CompletionManager:
         doc: Any,
         anchor: Anchor,
         position: tuple[int, int],
-        invoked: bool,
         other_docs: tuple[Any, ...] = (),
     ) -> Answer | Superseded | None:
         """The suggestion for `anchor` (the request's cursor); None when there is none."""

@@ -154,7 +154,6 @@ class CodespecServer(LanguageServer):
         uri: str,
         position: types.Position,
         *,
-        invoked: bool,
         selected: types.SelectedCompletionInfo | None = None,
     ) -> tuple[Answer, types.Position, types.Range | None] | None | str:
         """Run one completion request. Returns (answer, cursor, selected range), None (nothing to
@@ -165,7 +164,7 @@ class CodespecServer(LanguageServer):
         started = time.perf_counter()
         outcome = ERROR
         try:
-            result = await self._suggest(record, uri, position, invoked=invoked, selected=selected)
+            result = await self._suggest(record, uri, position, selected=selected)
             if result == "superseded":
                 outcome = SUPERSEDED
             elif result is None:
@@ -182,7 +181,7 @@ class CodespecServer(LanguageServer):
         finally:
             self.stats.finish_request(record, outcome, (time.perf_counter() - started) * 1000.0)
 
-    async def _suggest(self, record, uri, position, *, invoked, selected):
+    async def _suggest(self, record, uri, position, *, selected):
         doc = self.documents.get(uri)
         if doc is None:
             return None
@@ -206,7 +205,6 @@ class CodespecServer(LanguageServer):
             doc=context_doc,
             anchor=anchor,
             position=context_doc.position_at(anchor_offset),
-            invoked=invoked,
             other_docs=others,
         )
         if answer is SUPERSEDED_RESULT:
@@ -359,12 +357,10 @@ def create_server(options: ServerOptions) -> CodespecServer:
 
     @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
     async def inline_completion(ls: CodespecServer, params: types.InlineCompletionParams):
-        trigger = params.context.trigger_kind
         result = await ls.suggest(
             types.TEXT_DOCUMENT_INLINE_COMPLETION,
             params.text_document.uri,
             _as_position(params.position),
-            invoked=trigger == types.InlineCompletionTriggerKind.Invoked,
             selected=params.context.selected_completion_info,
         )
         if result == "superseded" or (result is None and params.text_document.uri not in ls.documents):
@@ -380,12 +376,8 @@ def create_server(options: ServerOptions) -> CodespecServer:
 
     @server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(trigger_characters=[]))
     async def completion(ls: CodespecServer, params: types.CompletionParams):
-        trigger = params.context.trigger_kind if params.context else types.CompletionTriggerKind.Invoked
         result = await ls.suggest(
-            types.TEXT_DOCUMENT_COMPLETION,
-            params.text_document.uri,
-            _as_position(params.position),
-            invoked=trigger == types.CompletionTriggerKind.Invoked,
+            types.TEXT_DOCUMENT_COMPLETION, params.text_document.uri, _as_position(params.position)
         )
         if result == "superseded" or (result is None and params.text_document.uri not in ls.documents):
             return None
