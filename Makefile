@@ -48,14 +48,16 @@ test-fast: venv
 # llama-cpp-python sdist carries (the same kernels as the llamacpp runtime), ~12 min on 2 cores, once.
 LLAMA_CPP_PYTHON := llama-cpp-python==0.3.36
 LLAMA_BUILD := build/llama.cpp
+# Ninja where the machine has it (Debian: ninja-build), else make: cmake is all the build needs.
+CMAKE_GENERATOR := $(if $(shell command -v ninja),Ninja,Unix Makefiles)
 $(LLAMA_BUILD)/bin/llama-server: | $(VENV)/.installed
 	rm -rf $(LLAMA_BUILD)/src && mkdir -p $(LLAMA_BUILD)/src $(LLAMA_BUILD)/bin
 	$(PIP) download -q --no-deps --no-binary :all: $(LLAMA_CPP_PYTHON) -d $(LLAMA_BUILD)/src
 	tar xzf $(LLAMA_BUILD)/src/*.tar.gz -C $(LLAMA_BUILD)/src
-	cmake -S $(LLAMA_BUILD)/src/llama_cpp_python-*/vendor/llama.cpp -B $(LLAMA_BUILD)/cmake -G Ninja \
+	cmake -S $(LLAMA_BUILD)/src/llama_cpp_python-*/vendor/llama.cpp -B $(LLAMA_BUILD)/cmake -G "$(CMAKE_GENERATOR)" \
 		-DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DGGML_NATIVE=ON -DLLAMA_BUILD_SERVER=ON \
 		-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DBUILD_SHARED_LIBS=OFF
-	cmake --build $(LLAMA_BUILD)/cmake --target llama-server
+	cmake --build $(LLAMA_BUILD)/cmake --target llama-server --parallel
 	cp $(LLAMA_BUILD)/cmake/bin/llama-server $@.tmp && mv $@.tmp $@
 
 llama-server: $(LLAMA_BUILD)/bin/llama-server
