@@ -46,8 +46,7 @@ class EngineTrouble(Exception):
 @dataclass
 class EngineTimeouts:
     connect_s: float = 2.0  # a local or LAN engine answers a connect at once; longer means down
-    first_chunk_s: float = 30.0  # prefill of a long prompt on a busy engine
-    chunk_s: float = 10.0  # between two streamed chunks
+    read_s: float = 30.0  # the longest wait for the next streamed chunk (the first one waits on a busy prefill)
 
 
 class RemoteEngine:
@@ -76,11 +75,13 @@ class RemoteEngine:
         key = api_key if api_key is not None else os.environ.get(API_KEY_ENV)
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         t = self.timeouts
-        # TLS follows the URL's scheme; one pool, reused by every request of this server.
+        # TLS follows the URL's scheme; one pool, reused by every request of this server. A failed connect is
+        # tried once more at once (a restarting engine); anything longer is the back-off's job.
+        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
         self.client = httpx.Client(
             base_url=url, headers=headers,
-            timeout=httpx.Timeout(connect=t.connect_s, read=t.first_chunk_s, write=t.connect_s, pool=t.connect_s),
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+            timeout=httpx.Timeout(connect=t.connect_s, read=t.read_s, write=t.connect_s, pool=t.connect_s),
+            transport=httpx.HTTPTransport(retries=1, limits=limits),
         )
         self.kind: str | None = None  # detected on the first request: LLAMA_SERVER or OPENAI
         self.model: str | None = None  # the model name sent (the requested one, or the engine's only one)

@@ -193,7 +193,7 @@ def test_slow_engine_times_out_without_hanging(fake):
         slow(handler)
 
     fake.script = script
-    engine = client_of(fake, timeouts=EngineTimeouts(connect_s=1.0, first_chunk_s=0.2, chunk_s=0.2))
+    engine = client_of(fake, timeouts=EngineTimeouts(connect_s=1.0, read_s=0.2))
     started = time.perf_counter()
     result, _ = run(engine)
     assert result.finish_reason == UNAVAILABLE and time.perf_counter() - started < 0.9
