@@ -6,9 +6,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from codespec.engine import DRAFTING_MODES, Engine
+from codespec.engine import Engine
 from codespec.errors import CodespecError
 from codespec.flags import add_deprecated_flag
+from codespec.modes import DRAFTING_MODES
 from codespec.runtimes import RUNTIMES
 
 

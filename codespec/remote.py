@@ -22,6 +22,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from codespec import fim
 from codespec.engine import CancelToken, GenerationResult, GenerationStats, StepEvent, StopFn
 from codespec.errors import CodespecError
 
@@ -31,7 +32,7 @@ API_KEY_ENV = "CODESPEC_ENGINE_API_KEY"
 UNAVAILABLE = "unavailable"  # finish reason: the engine could not answer (the request gets no suggestion)
 LLAMA_SERVER, OPENAI = "llama-server", "openai"
 # The probe text for "does the engine tokenize like us": FIM markers, indentation, a non-ASCII character.
-_TOKENIZER_PROBE = "<|fim_prefix|>def f(x):\n    return x  # é<|fim_suffix|>\n<|fim_middle|>"
+_TOKENIZER_PROBE = f"{fim.FIM_PREFIX}def f(x):\n    return x  # é{fim.FIM_SUFFIX}\n{fim.FIM_MIDDLE}"
 _BACKOFF_S = (0.25, 0.5, 1.0, 2.0, 4.0)  # between retries while the engine is down; the last one repeats
 
 

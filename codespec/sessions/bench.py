@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from codespec.errors import CodespecError
+from codespec.modes import SPECULATIVE_MODES
 from codespec.sessions.format import Session
 from codespec.sessions.replay import PAUSE_MS, Play, ReplayResult, ReplayServer, summarize
 
@@ -97,7 +98,7 @@ def register_bench(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--draft-model", help='draft model spec for the speculative server (or "none")')
     parser.add_argument(
         "--drafting",
-        choices=["lookup", "model", "both"],
+        choices=SPECULATIVE_MODES,
         help="the speculative server's drafting (default: its own)",
     )
     parser.add_argument("--threads", type=int, help="CPU threads for the server's model")
