@@ -18,6 +18,7 @@ from typing import Any
 from codespec.errors import CodespecError
 from codespec.sessions.format import Session
 from codespec.sessions.replay import Play, ReplayServer, pause_summary
+from codespec.stats import percentile
 
 SECTION = "## Shared engine load (replay --parallel)"
 WARM = {"cache": True, "typingAlong": True, "earlyAnswer": True, "prefetch": True}
@@ -38,30 +39,37 @@ def engine_server_command(url: str, model: str | None) -> list[str]:
     return command + (["--model", model] if model else [])
 
 
-async def replay_at_once(sessions: list[Session], command: list[str], *, speed: float | None,
+async def replay_at_once(sessions: list[Session], count: int, command: list[str], *, speed: float | None,
                          drain_timeout_s: float, pause_ms: float) -> dict[str, Any]:  # fmt: skip
-    """Each session through its own server process, all at once; the pause figures and outcome counts."""
+    """`count` server processes, as `count` developers: server i replays sessions i, i + count, ... one after
+    another, all servers at once. Every count replays the same sessions, so the figures differ by load only."""
+
+    async def play_share(server: ReplayServer, index: int) -> None:
+        for session in sessions[index::count]:
+            await server.play(Play(session, WARM, f"n{count}"))
+
     async with AsyncExitStack() as stack:
         servers = await asyncio.gather(*(
             stack.enter_async_context(ReplayServer(command, speed=speed, drain_timeout_s=drain_timeout_s))
-            for _ in sessions
+            for _ in range(count)
         ))
         started = time.perf_counter()
-        await asyncio.gather(*(server.play(Play(session, WARM, f"n{len(sessions)}"))
-                               for server, session in zip(servers, sessions, strict=True)))
+        await asyncio.gather(*(play_share(server, index) for index, server in enumerate(servers)))
         wall = time.perf_counter() - started
     records = [record for server in servers for record in server.result.records]
     for index, server in enumerate(servers):  # plays of different servers must not merge into one play
         for record in server.result.records:
-            record.play = index
+            record.play = record.play * count + index
     keystrokes = sum(sum(server.result.keystrokes.values()) for server in servers)
     saved = sum(record.chars_saved for record in records)
+    answered = [r.latency_ms for r in records if r.outcome in ("items", "null") and r.latency_ms is not None]
     outcomes = {o: sum(r.outcome == o for r in records) for o in ("items", "null", "cancelled", "error", "missing")}
     return {
-        "sessions": len(sessions),
+        "sessions": count,
         "pauses": pause_summary(records, keystrokes, saved, pause_ms),
         "requests": len(records),
         **outcomes,
+        "latency_ms": {"p50": percentile(answered, 50), "p90": percentile(answered, 90)},  # answered requests
         "answered_after_cancel": sum(r.answered_after_cancel is True for r in records),
         "late_results": sum(r.late for r in records),
         "duplicate_responses": sum(max(0, r.responses - 1) for r in records),
@@ -76,20 +84,23 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
 
     lines = [
         SECTION, "",
-        f"`{meta['command']}` on {meta['machine']}: engine `{meta['engine']}`. Each of N recorded sessions "
-        f"replays ({'at typing speed' if meta['speed'] == 1.0 else 'speed ' + str(meta['speed'])}) through its own `codespec serve --engine` process, all at once, against the one "
-        f"engine. A pause: {meta['pause_ms']:.0f} ms without a keystroke.", "",
-        "| sessions at once | pauses | coverage | time to ghost text p50 / p90 ms | requests | errors | missing "
-        "| answered after cancel |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+        f"`{meta['command']}` on {meta['machine']}: engine `{meta['engine']}`. The same "
+        f"{len(meta['sessions'])} recorded sessions at each N: N `codespec serve --engine` processes (N developers) "
+        "each replay their share of them one after another, all N at once, against the one engine "
+        f"({'at typing speed' if meta['speed'] == 1.0 else 'speed ' + str(meta['speed'])}). A pause: "
+        f"{meta['pause_ms']:.0f} ms without a keystroke.", "",
+        "| developers at once | pauses | coverage | time to ghost text p50 / p90 ms | answer latency p50 / p90 ms "
+        "| requests | errors | missing | answered after cancel |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         pauses = row["pauses"]
         coverage = "-" if pauses["coverage"] is None else f"{100 * pauses['coverage']:.1f} %"
         ghost = pauses["time_to_ghost_ms"]
         lines.append(f"| {row['sessions']} | {pauses['count']} | {coverage} | {ms(ghost['p50'])} / {ms(ghost['p90'])} "
-                     f"| {row['requests']} | {row['error']} | {row['missing']} | {row['answered_after_cancel']} |")
-    lines += ["", f"Plot: [{Path(meta['plot']).name}]({Path(meta['plot']).name}).", ""]
+                     f"| {ms(row['latency_ms']['p50'])} / {ms(row['latency_ms']['p90'])} | {row['requests']} | {row['error']} | {row['missing']} | {row['answered_after_cancel']} |")
+    lines += ["", "Time to ghost text counts the covered pauses only (0: the text was already there, typed along); "
+              "answer latency is every answered request's, the engine's queue included.", f"Plot: [{Path(meta['plot']).name}]({Path(meta['plot']).name}).", ""]
     return "\n".join(lines)
 
 
@@ -100,19 +111,24 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     counts = [row["sessions"] for row in rows]
-    fig, (ghost, coverage) = plt.subplots(1, 2, figsize=(10, 4))
-    for quantile, style in (("p50", "o-"), ("p90", "s--")):
-        values = [row["pauses"]["time_to_ghost_ms"][quantile] for row in rows]
-        ghost.plot(counts, [float("nan") if v is None else v for v in values], style, label=quantile)
-    ghost.set(xlabel="sessions at once (one codespec serve each)", ylabel="time to ghost text at a pause, ms",
-              xscale="log", title="shared engine: time to ghost text")
-    ghost.set_xticks(counts, [str(c) for c in counts])
-    ghost.legend()
-    cover = [100 * (row["pauses"]["coverage"] or 0.0) for row in rows]
-    coverage.plot(counts, cover, "o-")
-    coverage.set(xlabel="sessions at once", ylabel="pauses with ghost text, %", xscale="log", ylim=(0, 100),
+
+    def series(values: list[float | None]) -> list[float]:
+        return [float("nan") if v is None else v for v in values]
+
+    fig, (latency, coverage) = plt.subplots(1, 2, figsize=(10, 4))
+    latency.plot(counts, series([row["latency_ms"]["p50"] for row in rows]), "o-", label="answer latency p50")
+    latency.plot(counts, series([row["latency_ms"]["p90"] for row in rows]), "s--", label="answer latency p90")
+    latency.plot(counts, series([row["pauses"]["time_to_ghost_ms"]["p90"] for row in rows]), "^:",
+                 label="time to ghost text p90 (covered pauses)")
+    latency.set(xlabel="developers at once (one codespec serve each)", ylabel="ms", title="one shared engine")
+    latency.legend(fontsize=8)
+    coverage.plot(counts, [100 * (row["pauses"]["coverage"] or 0.0) for row in rows], "o-")
+    coverage.set(xlabel="developers at once", ylabel="pauses with ghost text, %", ylim=(0, 100),
                  title="coverage of pauses")
-    coverage.set_xticks(counts, [str(c) for c in counts])
+    for ax in (latency, coverage):
+        ax.set_xscale("log", base=2)
+        ax.minorticks_off()
+        ax.set_xticks(counts, [str(c) for c in counts])
     fig.tight_layout()
     fig.savefig(path, dpi=110, format="png")
     plt.close(fig)
@@ -136,16 +152,16 @@ def run_parallel(args: argparse.Namespace) -> int:
     from codespec.sessions.replay import parse_speed
 
     counts = parse_counts(args.parallel)
-    corpus = pick_sessions(args.sessions, max(counts))
+    corpus = pick_sessions(args.sessions, max(max(counts), args.count))
     if not corpus:
         raise CodespecError("no sessions to replay")
+    corpus = [corpus[i % len(corpus)] for i in range(max(len(corpus), max(counts)))]  # every server gets one
     speed = parse_speed(args.speed)
     rows = []
     with start_engine(args, max(counts)) as engine:
         command = engine_server_command(engine.url, args.model)
         for count in counts:
-            sessions = [corpus[i % len(corpus)] for i in range(count)]
-            row = asyncio.run(replay_at_once(sessions, command, speed=speed, drain_timeout_s=args.timeout,
+            row = asyncio.run(replay_at_once(corpus, count, command, speed=speed, drain_timeout_s=args.timeout,
                                              pause_ms=args.pause_ms))
             rows.append(row)
             ghost = row["pauses"]["time_to_ghost_ms"]
