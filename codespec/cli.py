@@ -20,8 +20,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "record": ("codespec.sessions.cli", "record an editor session through a stdio proxy to any LSP server"),
     "synth": ("codespec.sessions.cli", "synthesize edit sessions from file pairs or git history"),
     "replay": ("codespec.sessions.cli", "replay sessions against an LSP server and report latency"),
-    "bench": ("codespec.bench", "benchmarks (generate, context, ...)"),
-    "distill": ("codespec.distill", "train a draft model on your own code"),
+    "bench": ("codespec.benchmarks.cli", "benchmarks (generate, context, ...)"),
+    "distill": ("codespec.distill.cli", "train a draft model on your own code"),
     "demo": ("codespec.demo", "the main job: replay a session through the real server"),
 }
 

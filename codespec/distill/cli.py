@@ -133,6 +133,20 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     add_common_arguments(parser)
 
 
+def register(subparsers, name: str, help: str) -> None:  # noqa: A002 (the CLI table's signature)
+    import codespec.distill
+
+    parser = subparsers.add_parser(name, help=help, description=codespec.distill.__doc__.splitlines()[0])
+    add_distill_arguments(parser)
+    parser.set_defaults(func=run_distill)
+
+
+def register_bench(parser: argparse.ArgumentParser) -> None:
+    """`codespec bench distill`: before/after on held-out files for a draft made by `codespec distill`."""
+    add_bench_arguments(parser)
+    parser.set_defaults(func=run_bench)
+
+
 # --------------------------------------------------------------------------------------------- distill
 
 

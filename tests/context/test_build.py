@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from codespec.benchmarks.context import TYPED_FUNCTION as FUNCTION
 from codespec.context import ContextCache, ContextConfig, Document, build_context, postprocess
-from codespec.context.bench import TYPED_FUNCTION as FUNCTION
 from codespec.tiny import tiny_tokenizer
 from tests.context.helpers import context_at, streamed
 

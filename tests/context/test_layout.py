@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from codespec.benchmarks.layout import common_prefix_len, layout_config, session_requests
 from codespec.context import ContextCache, ContextConfig, Document, build_context
 from codespec.context.build import far_suffix_start
-from codespec.context.layout_bench import common_prefix_len, layout_config, session_requests
 from codespec.tiny import tiny_tokenizer
 from tests.context.helpers import context_at
 

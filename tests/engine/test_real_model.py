@@ -4,7 +4,7 @@ of transformers' own greedy `generate()`."""
 import pytest
 import torch
 
-from codespec.bench import fim_ids
+from codespec.benchmarks.generate import fim_ids
 from codespec.engine import Engine
 
 pytestmark = pytest.mark.slow

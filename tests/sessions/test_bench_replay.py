@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from codespec.benchmarks.replay import BASELINE, Variant, bench_replay_async, bench_report, run_interleaved
 from codespec.cli import main
-from codespec.sessions.bench import BASELINE, Variant, bench_replay_async, bench_report, run_interleaved
 from codespec.sessions.files import text_writer, write_all
 from codespec.sessions.format import Session, make_header
 from codespec.sessions.replay import ReplayResult

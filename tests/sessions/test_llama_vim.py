@@ -11,7 +11,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from codespec.sessions.bench import ANCHOR, bench_replay_async
+from codespec.benchmarks.replay import ANCHOR, bench_replay_async
 from codespec.sessions.format import (
     DID_CHANGE,
     DID_CLOSE,

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
+from codespec.benchmarks.load import parse_counts
 from codespec.cli import main
 from codespec.errors import CodespecError
-from codespec.sessions.load import parse_counts
 from tests.lsp.helpers import tiny_llama_server
 
 

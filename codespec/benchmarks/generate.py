@@ -1,6 +1,6 @@
-"""`codespec bench`: benchmarks that print ratios measured side by side in one process (never timed tests).
+"""`codespec bench generate`: decode speed of every drafting mode, measured side by side in one process.
 
-`codespec bench generate` runs, on the same prompts and interleaved prompt by prompt (so machine noise hits
+It runs, on the same prompts and interleaved prompt by prompt (so machine noise hits
 every mode alike): plain greedy of our loop, transformers `generate()` greedy, `generate(prompt_lookup_num_tokens)`,
 `generate(assistant_model=draft)`, codespec lookup / model / both, and llama.cpp's `llama-server` on the
 same GGUF, plain and with its own speculation (the anchors). Output: JSON, a Markdown table in
@@ -22,18 +22,10 @@ from pathlib import Path
 import torch
 
 from codespec import fim
+from codespec.benchmarks.report import machine_line, update_markdown_section
 from codespec.errors import CodespecError
 from codespec.flags import add_deprecated_flag
 from codespec.modes import SPECULATIVE_MODES
-
-SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    # name -> (module, help); each module exposes `register_bench(parser)` (adds its arguments, sets `func`)
-    "context": ("codespec.context.bench", "per-keystroke context building time on a large file"),
-    "humaneval": ("codespec.context.humaneval", "HumanEval infilling with the bundled models"),
-    "layout": ("codespec.context.layout_bench", "FIM prompt layouts: tokens prefilled per keystroke, first-line match"),
-    "replay": ("codespec.sessions.bench", "keystroke latency on replayed sessions, cold vs warm"),
-    "distill": ("codespec.distill", "acceptance before/after distillation"),
-}
 
 
 @dataclass
@@ -117,9 +109,9 @@ def real_prompts(tokenizer, n: int, seed: int = 0) -> list[Prompt]:
     """FIM prompts as the server builds them (build_context, default layout) at cursors cut from this Python's
     stdlib files, half at statement starts and half mid-line, the rest of the line removed: code that is not
     the project's own and not duplicated on purpose."""
+    from codespec.benchmarks.layout import stdlib_cuts
     from codespec.context.build import ContextCache, build_context
     from codespec.context.document import Document
-    from codespec.context.layout_bench import stdlib_cuts
 
     prompts, cache = [], ContextCache()
     for cut in stdlib_cuts(n, seed=seed):
@@ -341,74 +333,29 @@ def plot(summary: dict, path: Path, title: str) -> None:
     plt.close(fig)
 
 
-def update_markdown_section(path: Path, key: str, body: str) -> None:
-    """Replace the block between `<!-- key:start -->` and `<!-- key:end -->` (other sections are others')."""
-    start, end = f"<!-- {key}:start -->", f"<!-- {key}:end -->"
-    text = path.read_text(encoding="utf-8") if path.exists() else "# Benchmarks\n"
-    block = f"{start}\n{body.rstrip()}\n{end}"
-    if start in text and end in text:
-        text = text[: text.index(start)] + block + text[text.index(end) + len(end):]
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    path.write_text(text, encoding="utf-8")
-
-
-def machine_line(threads: int | None = None) -> str:
-    """The machine in one line; `threads`: the target runtime's own (llama.cpp's), where not torch's."""
-    from codespec.runtimes import machine_key
-
-    return (f"{machine_key()}, torch {torch.__version__}, {threads or torch.get_num_threads()} threads, "
-            f"{'cuda' if torch.cuda.is_available() else 'cpu'}")
-
-
 # ----------------------------------------------------------------------------------------------- CLI
 
 
-def register(subparsers, name: str, help: str) -> None:  # noqa: A002
-    parser = subparsers.add_parser(name, help=help, description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="bench", metavar="BENCH", required=True)
-    gen = sub.add_parser("generate", help="decode speed of every drafting mode vs plain greedy and transformers")
-    gen.add_argument("--model", dest="target", default="bundled:qwen2.5-coder-0.5b", help="the target model spec")
-    add_deprecated_flag(gen, "--target", "--model", "target")
-    gen.add_argument("--draft-model", help="draft for model/both/hf-assisted (same tokenizer)")
-    gen.add_argument("--set", default="all", help="comma-separated prompt sets, or all: real (FIM prompts cut "
-                     "from stdlib files), edit (duplicated functions), fresh (HumanEval)")
-    gen.add_argument("--n", type=int, default=8, help="prompts per set")
-    gen.add_argument("--max-tokens", type=int, default=64)
-    gen.add_argument("--modes", default=",".join(ALL_MODES))
-    gen.add_argument("--device", default="auto")
-    gen.add_argument("--runtime", default="torch", choices=("auto", "torch", "llamacpp"),
-                     help="the target's runtime (the llama-server modes serve the same GGUF)")
-    gen.add_argument("--dtype", default="auto", help="torch runtime: auto, float32, bfloat16")
-    gen.add_argument("--no-cost-aware", dest="cost_aware", action="store_false",
-                     help="verify every draft the drafter offers (no cost curve)")
-    gen.add_argument("--threads", type=int)
-    gen.add_argument("--out", default="docs", help="folder for the JSON, the plot and benchmarks.md")
-    gen.add_argument("--no-docs", action="store_true", help="do not update docs/benchmarks.md")
-    gen.add_argument("--from-json", help="re-render the tables and plot of an earlier run's JSON (no model runs)")
-    gen.set_defaults(func=run_generate)
-    for bench_name, (module, bench_help) in SUBCOMMANDS.items():
-        _register_sub_bench(sub, bench_name, module, bench_help)
-
-
-def _register_sub_bench(sub, name: str, module: str, help_text: str) -> None:
-    """The module's own arguments when it imports (the top-level parser must know them: it rejects unknown
-    arguments before any `func` runs); a parser that explains what is missing when it does not."""
-    import importlib
-
-    try:
-        mod = importlib.import_module(module)
-    except ImportError:
-        mod = None
-    if mod is None or not hasattr(mod, "register_bench"):
-        sub.add_parser(name, help=help_text, add_help=False).set_defaults(
-            func=lambda args, m=module, n=name: _unavailable(m, n))
-        return
-    mod.register_bench(sub.add_parser(name, help=help_text, description=help_text))
-
-
-def _unavailable(module: str, name: str) -> int:
-    raise CodespecError(f"`codespec bench {name}` is not available in this build ({module} missing)")
+def register_bench(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", dest="target", default="bundled:qwen2.5-coder-0.5b", help="the target model spec")
+    add_deprecated_flag(parser, "--target", "--model", "target")
+    parser.add_argument("--draft-model", help="draft for model/both/hf-assisted (same tokenizer)")
+    parser.add_argument("--set", default="all", help="comma-separated prompt sets, or all: real (FIM prompts cut "
+                        "from stdlib files), edit (duplicated functions), fresh (HumanEval)")
+    parser.add_argument("--n", type=int, default=8, help="prompts per set")
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--modes", default=",".join(ALL_MODES))
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--runtime", default="torch", choices=("auto", "torch", "llamacpp"),
+                        help="the target's runtime (the llama-server modes serve the same GGUF)")
+    parser.add_argument("--dtype", default="auto", help="torch runtime: auto, float32, bfloat16")
+    parser.add_argument("--no-cost-aware", dest="cost_aware", action="store_false",
+                        help="verify every draft the drafter offers (no cost curve)")
+    parser.add_argument("--threads", type=int)
+    parser.add_argument("--out", default="docs", help="folder for the JSON, the plot and benchmarks.md")
+    parser.add_argument("--no-docs", action="store_true", help="do not update docs/benchmarks.md")
+    parser.add_argument("--from-json", help="re-render the tables and plot of an earlier run's JSON (no model runs)")
+    parser.set_defaults(func=run_generate)
 
 
 def run_generate(args: argparse.Namespace) -> int:

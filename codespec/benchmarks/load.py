@@ -147,7 +147,7 @@ def start_engine(args: argparse.Namespace, slots: int) -> AbstractContextManager
 
 
 def run_parallel(args: argparse.Namespace) -> int:
-    from codespec.sessions.bench import pick_sessions, replace_section
+    from codespec.benchmarks.replay import pick_sessions, replace_section
     from codespec.sessions.files import text_writer, write_all
     from codespec.sessions.replay import parse_speed
 

@@ -395,7 +395,7 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.pause_ms <= 0:
         raise CodespecError("--pause-ms must be positive")
     if args.parallel:
-        from codespec.sessions.load import run_parallel
+        from codespec.benchmarks.load import run_parallel
 
         return run_parallel(args)
     sessions = pick_sessions(args.sessions, args.count)

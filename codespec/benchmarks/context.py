@@ -159,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def write_docs(path: Path, report: dict, suffix_fraction: float) -> None:
-    from codespec.bench import machine_line, update_markdown_section
+    from codespec.benchmarks.report import machine_line, update_markdown_section
 
     rows = []
     for key, value in report["results"].items():
@@ -207,6 +207,3 @@ def register_bench(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-docs", action="store_true")
     parser.set_defaults(func=run)
 
-
-def register(subparsers, name: str, help: str) -> None:  # noqa: A002 (the CLI table's signature)
-    register_bench(subparsers.add_parser(name, help=help, description=__doc__.splitlines()[0]))

@@ -190,7 +190,7 @@ def first_line_matches(engine, cuts: Sequence[Cut], layouts: Sequence[str], *, m
 
 
 def run(args: argparse.Namespace) -> int:
-    from codespec.context.bench import load_bench_tokenizer
+    from codespec.benchmarks.context import load_bench_tokenizer
 
     layouts = args.layouts.split(",")
     for name in layouts:
@@ -256,6 +256,3 @@ def register_bench(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json-out", help="the report as JSON")
     parser.set_defaults(func=run)
 
-
-def register(subparsers: Any, name: str, help: str) -> None:  # noqa: A002 (the CLI table's signature)
-    register_bench(subparsers.add_parser(name, help=help, description=__doc__.splitlines()[0]))

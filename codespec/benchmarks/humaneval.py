@@ -151,7 +151,7 @@ def summarize(rows: list[dict]) -> dict:
 
 
 def write_docs(path: Path, summary: dict, model: str, drafting: str, max_new_tokens: int) -> None:
-    from codespec.bench import machine_line, update_markdown_section
+    from codespec.benchmarks.report import machine_line, update_markdown_section
 
     rows = []
     for kind, s in summary.items():
@@ -229,7 +229,7 @@ def run(args: argparse.Namespace) -> int:
 
     config = None
     if args.layout:
-        from codespec.context.layout_bench import layout_config
+        from codespec.benchmarks.layout import layout_config
 
         config = layout_config(args.layout)
     rows = run_tasks(
