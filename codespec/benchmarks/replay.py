@@ -54,7 +54,7 @@ class Variant:
     session, whose records land in `result` (variants on one server share it, told apart by label).
 
     Nothing here needs LSP: a driver for another server (a "llama-server /infill" column, say) is a
-    `play` that replays the session's keystrokes against it and appends RequestRecords to its own
+    `play` that replays the session's keystrokes against it and appends ReplayedRequests to its own
     ReplayResult with the same fields the replayer fills (label, play, sent_s, latency_ms, outcome,
     shown/accepted via replay.judge, keystroke_s, gap_ms, next_keystroke_s), and counts keystrokes
     under its label; summaries, ratios and plots then include it."""

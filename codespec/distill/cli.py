@@ -580,7 +580,7 @@ def evaluate_dir(out: Path, *, target_spec: str, base_spec: str, device: str, dt
                  max_new_tokens: int, progress: bool, agreement_report: dict | None,
                  prefix_tokens: int = 256, replay_prompts: int = 0) -> dict:
     """Acceptance/tau of the base draft and of the distilled one in OUT, on the held-out files of OUT's run;
-    with `replay_prompts`, tau on that many prompts by replay too (codespec/distill/replay.py)."""
+    with `replay_prompts`, tau on that many prompts by replay too (codespec/distill/tau.py)."""
     from codespec.distill.evaluate import eval_prompts, markdown, plot, speculative_eval, tau_change
     from codespec.models import load_model
 
@@ -650,7 +650,7 @@ def _plain_paths_cache(out: Path, target_spec: str, dtype: str, max_new_tokens: 
 def _replayed(target, drafts: dict, prompts: list, max_new_tokens: int, paths: _PlainPaths, spec: dict,
               progress: bool) -> dict:
     """tau by replay on all `prompts`, checked against the speculative runs of the first ones."""
-    from codespec.distill.replay import plain_paths, replay_eval
+    from codespec.distill.tau import plain_paths, replay_eval
 
     todo = [p for p in prompts if tuple(p.ids) not in paths.rows]
     for start in range(0, len(todo), 8):  # kept as it goes: an interrupted bench resumes

@@ -76,7 +76,7 @@ def speculative_eval(target, drafts: dict[str, object], prompts: Sequence[EvalPr
     `plain_paths` (prompt ids -> plain greedy tokens with their stop token) gets every plain run, for a replay."""
     from tqdm import tqdm
 
-    from codespec.distill.replay import target_path
+    from codespec.distill.tau import target_path
     from codespec.engine import Engine, drafter_from
 
     names = list(drafts)

@@ -25,7 +25,7 @@ What is reproduced of llama.vim's auto-FIM (its defaults):
 
 What is not: yanks, saves and buffer switches (sessions carry none), the instruct mode, the info line,
 accepting (the replay judges the shown text against what was typed instead), vim's byte-indexed strings
-(here characters). One RequestRecord per inline request of the session (one per cursor state, as the LSP
+(here characters). One ReplayedRequest per inline request of the session (one per cursor state, as the LSP
 columns): its answer is the first acceptable hint rendered for that cursor state, with the time since the
 keystroke, so that codespec.sessions.replay's pause figures apply unchanged; a state that never got one is
 `cancelled` (superseded), or `null` when only an empty hint came.
@@ -44,7 +44,7 @@ from typing import Any
 
 from codespec.errors import CodespecError
 from codespec.sessions.format import DID_CHANGE, DID_CLOSE, DID_OPEN, INLINE_COMPLETION, DocumentSet, Session
-from codespec.sessions.replay import ReplayResult, RequestRecord, judge, keystroke_gaps_ms
+from codespec.sessions.replay import ReplayedRequest, ReplayResult, judge, keystroke_gaps_ms
 
 LABEL = "llama-vim"
 # llama-server flags of llama.cpp's `--fim-qwen-1.5b-default` preset, the server llama.vim's README runs
@@ -493,10 +493,10 @@ class _Play:
         self.background: set[asyncio.Task[None]] = set()
         self.hint: Hint | None = None
         self.cursor: tuple[str, int, int] | None = None  # uri, 1-based line, character offset
-        self.current: RequestRecord | None = None  # the record of the cursor state on screen
-        self.records: list[RequestRecord] = []
+        self.current: ReplayedRequest | None = None  # the record of the cursor state on screen
+        self.records: list[ReplayedRequest] = []
         self.keystroke: dict[str, tuple[float, float]] = {}
-        self.awaiting_next_keystroke: list[RequestRecord] = []
+        self.awaiting_next_keystroke: list[ReplayedRequest] = []
         self.pos_y_pick = -9999
         self.indent_last = -1
         self.insert_mode = False
@@ -584,7 +584,7 @@ class _Play:
         self.cursor = (uri, pos["line"] + 1, offset - line_start)
         owner = self.owner
         owner.next_id += 1
-        record = RequestRecord(self.session.name, owner.label, uri, owner.next_id, event.t, pos["line"],
+        record = ReplayedRequest(self.session.name, owner.label, uri, owner.next_id, event.t, pos["line"],
                                pos["character"], expect=event.expect,
                                line_text=buf.text[line_start : buf._line_end(pos["line"])])  # fmt: skip
         record.play = owner.play_index

@@ -197,7 +197,7 @@ class LspConnection:
 
 
 @dataclass
-class RequestRecord:
+class ReplayedRequest:
     session: str
     label: str  # the play's label (a benchmark variant), "" by default
     uri: str
@@ -307,7 +307,7 @@ class Play:
 class ReplayResult:
     server: list[str]
     speed: float | None  # None: max
-    records: list[RequestRecord] = field(default_factory=list)
+    records: list[ReplayedRequest] = field(default_factory=list)
     documents: list[DocumentCheck] = field(default_factory=list)
     keystrokes: dict[str, int] = field(default_factory=dict)  # by play label
     other_requests: dict[str, int] = field(default_factory=dict)
@@ -322,11 +322,11 @@ class ReplayResult:
 
 class Replayer:
     def __init__(self, conn: LspConnection, result: ReplayResult, *, speed: float | None, probe_cancel: bool,
-                 drain_timeout_s: float, on_record: Callable[[RequestRecord], None] | None) -> None:  # fmt: skip
+                 drain_timeout_s: float, on_record: Callable[[ReplayedRequest], None] | None) -> None:  # fmt: skip
         self.conn, self.result, self.speed = conn, result, speed
         self.probe_cancel, self.drain_timeout_s, self.on_record = probe_cancel, drain_timeout_s, on_record
-        self.by_id: dict[int, RequestRecord] = {}
-        self.probes: dict[int, RequestRecord] = {}
+        self.by_id: dict[int, ReplayedRequest] = {}
+        self.probes: dict[int, ReplayedRequest] = {}
         self.other: dict[int, str] = {}
         self.pending: dict[int, asyncio.Future[None]] = {}
         self.doc_text_supported: bool | None = None
@@ -335,7 +335,7 @@ class Replayer:
         # per play: the keystroke each document's next request follows (send instant, gap in ms), and the
         # keystroke-triggered requests still waiting for the session's next keystroke
         self.keystroke: dict[str, tuple[float, float]] = {}
-        self.awaiting_next_keystroke: list[RequestRecord] = []
+        self.awaiting_next_keystroke: list[ReplayedRequest] = []
         self.epoch = time.perf_counter()
         conn.on_response = self._on_response
 
@@ -367,7 +367,7 @@ class Replayer:
         if future is not None and not future.done():
             future.set_result(None)
 
-    def _classify(self, record: RequestRecord, message: dict[str, Any]) -> None:
+    def _classify(self, record: ReplayedRequest, message: dict[str, Any]) -> None:
         if "error" in message:
             record.error = message["error"]
             code = message["error"].get("code") if isinstance(message["error"], dict) else None
@@ -428,7 +428,7 @@ class Replayer:
         if play.settings is not None:
             self.conn.notify("workspace/didChangeConfiguration", {"settings": play.settings})
         docs = DocumentSet()
-        latest: dict[str, RequestRecord] = {}
+        latest: dict[str, ReplayedRequest] = {}
         t0, start = (session.events[0].t if session.events else 0.0), time.perf_counter()
         gaps = iter(keystroke_gaps_ms(session, self.speed))
         for event in session.events:
@@ -462,7 +462,7 @@ class Replayer:
         self.result.server_stats = stats if stats is not None else self.result.server_stats
 
     def _send_inline(
-        self, session: Session, event, docs: DocumentSet, latest: dict[str, RequestRecord]
+        self, session: Session, event, docs: DocumentSet, latest: dict[str, ReplayedRequest]
     ) -> None:
         uri = event.uri or ""
         older = latest.get(uri)
@@ -474,7 +474,7 @@ class Replayer:
         pos = event.params["position"]
         buf = docs.open[uri]
         start = buf.line_starts[pos["line"]]
-        record = RequestRecord(session.name, self.label, uri, self.conn.new_id(), event.t, pos["line"], pos["character"],
+        record = ReplayedRequest(session.name, self.label, uri, self.conn.new_id(), event.t, pos["line"], pos["character"],
                                expect=event.expect, line_text=buf.text[start : buf._line_end(pos["line"])])  # fmt: skip
         record.play = self.play_index
         if uri in self.keystroke:  # the first request since a keystroke in this document: a pause candidate
@@ -583,7 +583,7 @@ class ReplayServer:
         init_timeout_s: float = 600.0,
         init_options: Any = None,
         env: dict[str, str] | None = None,
-        on_record: Callable[[RequestRecord], None] | None = None,
+        on_record: Callable[[ReplayedRequest], None] | None = None,
         warmup: bool = True,
     ) -> None:
         self.command = list(server or default_server_command())
@@ -670,7 +670,7 @@ class Pause:
     """The screen at one pause: a keystroke that triggered an inline request and was followed by at
     least the pause length without another keystroke in the session (or by the session's end)."""
 
-    record: RequestRecord  # the request that keystroke triggered
+    record: ReplayedRequest  # the request that keystroke triggered
     ghost: str | None  # the ghost text on screen when the pause ended (None: nothing)
     # keystroke sent -> that ghost text on screen (0: ghost text stayed on screen through the keystroke)
     time_to_ghost_ms: float | None
@@ -681,7 +681,7 @@ class Pause:
         return self.ghost is not None
 
 
-def typed_along(ghost: str, before: RequestRecord, after: RequestRecord) -> str | None:
+def typed_along(ghost: str, before: ReplayedRequest, after: ReplayedRequest) -> str | None:
     """What is left of `ghost` (shown at `before`'s cursor) once the user typed its start, which takes the
     document to `after`'s cursor line and position: editors keep such ghost text on screen. None when the
     typing went elsewhere or did not match the ghost text."""
@@ -699,7 +699,7 @@ def typed_along(ghost: str, before: RequestRecord, after: RequestRecord) -> str 
     return ghost[len(typed) :] or None
 
 
-def screen_pauses(records: Sequence[RequestRecord], pause_ms: float = PAUSE_MS) -> tuple[list[Pause], int]:
+def screen_pauses(records: Sequence[ReplayedRequest], pause_ms: float = PAUSE_MS) -> tuple[list[Pause], int]:
     """(the pauses, how many answers put ghost text on screen) of one play's records (send order).
 
     The screen is played forward on the replay clock. An answer that arrives before a newer keystroke
@@ -728,7 +728,7 @@ def screen_pauses(records: Sequence[RequestRecord], pause_ms: float = PAUSE_MS) 
             events.append((record.sent_s + record.latency_ms / 1000.0, answer, index))
     events.sort()
     ghost: str | None = None
-    anchor: RequestRecord | None = None  # the request whose cursor the ghost text follows
+    anchor: ReplayedRequest | None = None  # the request whose cursor the ghost text follows
     since: float | None = None  # since when ghost text has been on screen without a gap
     newest_key = newest_answer = -1
     pauses: list[Pause] = []
@@ -761,12 +761,12 @@ def screen_pauses(records: Sequence[RequestRecord], pause_ms: float = PAUSE_MS) 
     return pauses, shown
 
 
-def pause_summary(records: Sequence[RequestRecord], keystrokes: int, chars_saved: int,
+def pause_summary(records: Sequence[ReplayedRequest], keystrokes: int, chars_saved: int,
                   pause_ms: float = PAUSE_MS) -> dict[str, Any]:  # fmt: skip
     """The headline figures: what the user sees when they stop typing."""
     pauses: list[Pause] = []
     shown = 0
-    by_play: dict[int, list[RequestRecord]] = {}
+    by_play: dict[int, list[ReplayedRequest]] = {}
     for record in records:
         by_play.setdefault(record.play, []).append(record)
     for play_records in by_play.values():
@@ -913,7 +913,7 @@ def format_table(summary: dict[str, Any]) -> str:
 def pause_waits(result: ReplayResult, label: str | None = None,
                 pause_ms: float = PAUSE_MS) -> tuple[list[float], int]:  # fmt: skip
     """(time to ghost text of the covered pauses in ms, the number of pauses) of a replay's plays."""
-    by_play: dict[int, list[RequestRecord]] = {}
+    by_play: dict[int, list[ReplayedRequest]] = {}
     for record in result.records:
         if label is None or record.label == label:
             by_play.setdefault(record.play, []).append(record)

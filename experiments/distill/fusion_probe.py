@@ -11,7 +11,7 @@ Drafting would then cost one small matrix product more per token; nothing of the
    arguments as that run) and the target's features for them, computed once into RUN/work/features-*.pt.
 2. The draft's hidden states (one forward per example, frozen), then P_1..P_D trained on the run's loss (KL over
    the top-k partition + 0.5 CE), epoch by epoch, with the held-out teacher-forced agreement and KL at each d.
-3. Replayed tau on the prompts of a bench's plain outputs (`--plain`), as `codespec.distill.replay` does for a
+3. Replayed tau on the prompts of a bench's plain outputs (`--plain`), as `codespec.distill.tau` does for a
    draft model, with the fused prediction at each step's distance (the target's features along prompt + T: one
    target forward per prompt).
 
@@ -31,7 +31,7 @@ import torch
 
 from codespec.distill import cli, teacher
 from codespec.distill.evaluate import tau_ratio_interval
-from codespec.distill.replay import DraftPredictions, Replayed, draft_predictions, replay
+from codespec.distill.tau import DraftPredictions, Replayed, draft_predictions, replay
 from codespec.distill.train import distill_loss
 from codespec.models import load_model
 from codespec.proposers import DraftModelConfig

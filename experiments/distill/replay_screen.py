@@ -1,7 +1,7 @@
 """Screen saved drafts by replay on the prompts a `codespec bench distill --replay-prompts N` already ran.
 
 Takes the plain greedy outputs T that bench kept (DIR/work/plain-outputs.json: [prompt ids, T] rows), so no
-target runs at all: one forward of each draft per prompt (`codespec.distill.replay.draft_predictions`), then
+target runs at all: one forward of each draft per prompt (`codespec.distill.tau.draft_predictions`), then
 tau under the engine's default drafting and max_draft 12 (or the `--config`s given), the change against the
 base draft with its 95 % paired bootstrap interval (as bench), and where along T the draft's argmax is not the
 target's token: how many such positions, how many of the base draft's it fixed and how many it broke.
@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from codespec.distill.evaluate import tau_ratio_interval
-from codespec.distill.replay import DraftPredictions, draft_predictions, replay
+from codespec.distill.tau import DraftPredictions, draft_predictions, replay
 from codespec.models import load_model
 from codespec.proposers import DraftModelConfig
 

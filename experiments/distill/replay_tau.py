@@ -4,7 +4,7 @@
    prompts of the run's seeded held-out list, kept in `--plain` (JSON; extended, never recomputed), with the
    stop token that ended each one.
 2. Per draft (the run's base draft and every DIR), one forward per prompt gives its greedy token and
-   confidence after every prefix of that output; `codespec.distill.replay` turns them into the target
+   confidence after every prefix of that output; `codespec.distill.tau` turns them into the target
    forwards and accepted tokens of speculative decoding with `DraftModelProposer` under each `--config`
    (max_draft:min_confidence; the first is the default).
 3. Where a draft's DIR/distill-eval.json (and `--engine-rows`, outputs of more_prompts.py) measured the same
@@ -24,7 +24,7 @@ import torch
 
 from codespec.distill.cli import heldout_files
 from codespec.distill.evaluate import eval_prompts, tau_ratio_interval
-from codespec.distill.replay import draft_predictions, replay
+from codespec.distill.tau import draft_predictions, replay
 from codespec.engine import Engine
 from codespec.models import load_model
 from codespec.proposers import DraftModelConfig

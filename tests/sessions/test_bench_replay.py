@@ -46,7 +46,7 @@ async def test_variants_play_session_by_session_in_rotating_order():
 
 
 async def test_the_report_takes_any_variant_and_gives_pause_ratios_to_plain():
-    """A variant that is not an LSP server (the hook for llama-server /infill): it fills RequestRecords."""
+    """A variant that is not an LSP server (the hook for llama-server /infill): it fills ReplayedRequests."""
 
     def variant(name: str, answer: float) -> Variant:
         result = ReplayResult(server=[name], speed=1.0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from codespec.sessions.replay import (
     PAUSE_MS,
-    RequestRecord,
+    ReplayedRequest,
     pause_summary,
     replay_sessions,
     screen_pauses,
@@ -18,11 +18,11 @@ URI = "file:///t.py"
 
 def record(index: int, line_text: str, *, key: float | None, answer: float | None = None,
            shown: str | None = None, gap_ms: float | None = None, next_key: float | None = None,
-           expect: str | None = None, uri: str = URI) -> RequestRecord:  # fmt: skip
+           expect: str | None = None, uri: str = URI) -> ReplayedRequest:  # fmt: skip
     """A request sent at its keystroke (or 10 ms after the previous instant when it follows none),
     the cursor at the end of `line_text`, answered at `answer` with `shown` (None: a null answer)."""
     sent = key if key is not None else 0.0
-    made = RequestRecord("s", "", uri, index, sent, 0, len(line_text), sent_s=sent, line_text=line_text,
+    made = ReplayedRequest("s", "", uri, index, sent, 0, len(line_text), sent_s=sent, line_text=line_text,
                          keystroke_s=key, gap_ms=gap_ms, next_keystroke_s=next_key,
                          expect=None if expect is None else {"line_rest": expect, "next_lines": ""})  # fmt: skip
     if answer is not None:

@@ -5,7 +5,7 @@ import copy
 import pytest
 import torch
 
-from codespec.distill.replay import DraftPredictions, draft_predictions, replay
+from codespec.distill.tau import DraftPredictions, draft_predictions, replay
 from codespec.engine import Engine
 from codespec.models import load_model
 from codespec.proposers import DraftModelConfig
