@@ -1,5 +1,11 @@
 """`codespec` command line. Each sub-command lives in its own module, imported only when used,
-so that `codespec serve` and `codespec --help` start without importing torch."""
+so that `codespec serve` and `codespec --help` start without importing torch.
+
+One convention: a command's `register(subparsers, name, help)` lives in the module named `cli.py` of the
+package that owns the command (codespec/models/cli.py, codespec/context/cli.py, codespec/sessions/cli.py,
+codespec/benchmarks/cli.py, codespec/distill/cli.py, lsp/cli.py); the top-level package's own commands,
+`generate` and `demo`, register here, and what they run is in codespec/generate.py and codespec/demo.py
+(each with `add_arguments(parser)` and `run(args)`)."""
 
 from __future__ import annotations
 
@@ -9,11 +15,11 @@ import sys
 
 from codespec.errors import CodespecError
 
-# command -> (module, help). The module exposes `register(subparsers, name, help)`; the parser it adds
+# command -> (module, help). The module (a `cli.py`) exposes `register(subparsers, name, help)`; the parser it adds
 # sets `func` to a callable taking the parsed args and returning an exit code.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "generate": ("codespec.generate_cli", "generate from a prompt file with speculative decoding"),
-    "models": ("codespec.models", "list model specs and their cache state; `models fetch` prepares them"),
+    "generate": ("codespec.cli", "generate from a prompt file with speculative decoding"),
+    "models": ("codespec.models.cli", "list model specs and their cache state; `models fetch` prepares them"),
     "context": ("codespec.context.cli", "show the completion context built for FILE:LINE:COL"),
     "complete": ("codespec.context.cli", "complete at FILE:LINE:COL (context + generate + post-process)"),
     "serve": ("lsp.cli", "run the language server (--stdio or --tcp)"),
@@ -22,8 +28,17 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "replay": ("codespec.sessions.cli", "replay sessions against an LSP server and report latency"),
     "bench": ("codespec.benchmarks.cli", "benchmarks (generate, context, ...)"),
     "distill": ("codespec.distill.cli", "train a draft model on your own code"),
-    "demo": ("codespec.demo", "the main job: replay a session through the real server"),
+    "demo": ("codespec.cli", "the main job: replay a session through the real server"),
 }
+
+
+def register(subparsers, name: str, help: str) -> None:  # noqa: A002 (the CLI table's signature)
+    """`codespec generate` and `codespec demo`, whose modules import only when the command runs."""
+    module = importlib.import_module(f"codespec.{name}")
+    description = help if name == "generate" else module.__doc__.splitlines()[0]
+    parser = subparsers.add_parser(name, help=help, description=description)
+    module.add_arguments(parser)
+    parser.set_defaults(func=module.run)
 
 
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:

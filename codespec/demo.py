@@ -1,6 +1,7 @@
 """`codespec demo`: the main job end to end. Replays one recorded-format edit session (a CPython
 standard-library function typed back into its file) through the real `codespec serve --stdio` at
-typing speed, prints each suggestion as the editor would show it, then the latency table."""
+typing speed, prints each suggestion as the editor would show it, then the latency table (its parser is
+added in codespec/cli.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import shlex
 import sys
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 from codespec.flags import add_deprecated_flag
 from codespec.modes import DRAFTING_MODES
@@ -19,8 +19,7 @@ from codespec.modes import DRAFTING_MODES
 DEFAULT_SESSION = "stdlib-colorsys-hls_to_rgb.jsonl"
 
 
-def register(subparsers: Any, name: str, help_text: str) -> None:
-    parser = subparsers.add_parser(name, help=help_text, description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--session", type=Path, help="a codespec-session file (default: the session shipped in codespec/data)"
     )
@@ -33,7 +32,6 @@ def register(subparsers: Any, name: str, help_text: str) -> None:
     parser.add_argument("--plot", type=Path, help="also write the latency plot (PNG)")
     parser.add_argument("--no-compare", dest="compare_plain", action="store_false",
                         help="skip the second replay through the plain server (no drafts)")
-    parser.set_defaults(func=run)
 
 
 def load_demo_session(path: Path | None):

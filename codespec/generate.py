@@ -1,4 +1,4 @@
-"""`codespec generate`: one prompt through the speculative decoder."""
+"""`codespec generate`: one prompt through the speculative decoder (its parser is added in codespec/cli.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ from codespec.engine_options import add_engine_arguments, engine_from_args
 from codespec.errors import CodespecError
 
 
-def register(subparsers, name: str, help: str) -> None:  # noqa: A002
-    parser = subparsers.add_parser(name, help=help, description=help)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompt-file", required=True, help="file with the prompt text ('-' for stdin)")
     parser.add_argument("--max-tokens", type=int, default=128)
     add_engine_arguments(parser)
@@ -20,7 +19,6 @@ def register(subparsers, name: str, help: str) -> None:  # noqa: A002
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--seed", type=int)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.set_defaults(func=run)
 
 
 def read_prompt(path: str) -> str:
