@@ -74,7 +74,8 @@ def describe(record) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from codespec.sessions.replay import format_table, parse_speed, plot_result, replay, summarize
+    from codespec.sessions.metrics import format_table, plot_result, summarize
+    from codespec.sessions.replay import parse_speed, replay
 
     session = load_demo_session(args.session)
     command = server_command(args)

@@ -11,6 +11,9 @@ Words used below:
   the document equals the anchor with `typed` inserted and `typed` is a prefix of its text.
 - waiter: a pending request attached to a generation; answered once the generation has a complete
   first line beyond `typed` (early answer) or is done.
+
+One file for one job: generations, waiters, typing along, cache, prefetch and cancellation are the
+state of one manager on one thread, and each rule here depends on the others.
 """
 
 from __future__ import annotations

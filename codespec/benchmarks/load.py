@@ -17,7 +17,8 @@ from typing import Any
 
 from codespec.errors import CodespecError
 from codespec.sessions.format import Session
-from codespec.sessions.replay import Play, ReplayServer, pause_summary
+from codespec.sessions.metrics import pause_summary
+from codespec.sessions.replay import Play, ReplayServer
 from codespec.stats import percentile
 
 SECTION = "## Shared engine load (replay --parallel)"

@@ -7,7 +7,7 @@ so that machine noise and drift land on all alike. A variant is a name and a way
 and speculative (the server's default drafting), plus the speculative server with its latency features
 off ("speculative cold", switched with workspace/didChangeConfiguration), and with --llama-vim the anchor:
 llama-server /infill on the same GGUF driven as llama.vim drives it (codespec.sessions.llama_vim). The
-headline is the pause figures (codespec.sessions.replay.pause_summary), their ratio to plain and, with the
+headline is the pause figures (codespec.sessions.metrics.pause_summary), their ratio to plain and, with the
 anchor, codespec's ratio to it. Not a timed test.
 """
 
@@ -29,7 +29,8 @@ from typing import Any
 from codespec.errors import CodespecError
 from codespec.modes import SPECULATIVE_MODES
 from codespec.sessions.format import Session
-from codespec.sessions.replay import PAUSE_MS, Play, ReplayResult, ReplayServer, summarize
+from codespec.sessions.metrics import PAUSE_MS, summarize
+from codespec.sessions.replay import Play, ReplayResult, ReplayServer
 
 WARM = {"cache": True, "typingAlong": True, "earlyAnswer": True, "prefetch": True}
 COLD = {"cache": False, "typingAlong": False, "earlyAnswer": False, "prefetch": False}
@@ -339,7 +340,7 @@ def plot_variants(report: dict[str, Any], path: Path, pause_ms: float = PAUSE_MS
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from codespec.sessions.replay import pause_waits, plot_pause_cdf, style_pause_axes
+    from codespec.sessions.metrics import pause_waits, plot_pause_cdf, style_pause_axes
 
     fig, (latency, at_pause) = plt.subplots(1, 2, figsize=(13, 4.4))
     waits = {name: pause_waits(result, name, pause_ms) for name, result in report["results"].items()}
@@ -390,7 +391,8 @@ def display(command: list[str]) -> str:
 
 def run_bench(args: argparse.Namespace) -> int:
     from codespec.sessions.files import text_writer, write_all
-    from codespec.sessions.replay import format_table, parse_speed, plot_result
+    from codespec.sessions.metrics import format_table, plot_result
+    from codespec.sessions.replay import parse_speed
 
     if args.pause_ms <= 0:
         raise CodespecError("--pause-ms must be positive")

@@ -10,7 +10,10 @@ keystroke re-prefills it; "near-suffix" keeps only the rest of the cursor line (
 `near_suffix_lines` lines) there and moves the lines further below in front of the prefix as file
 context. That far block starts at a grid line counted back from the document's end, so typing and
 Enter (which change nothing below the cursor line) leave it, and every token before the line
-prefix, unchanged."""
+prefix, unchanged.
+
+One file for one job: the window, header, suffix layouts, neighbours and lookup streams below are the
+parts of one prompt, each kept stable for the others' sake."""
 
 from __future__ import annotations
 

@@ -8,7 +8,8 @@ header found inside a body) tells the driver which bodies the server will see, s
 expectations are exact: every body that is a JSON-RPC 2.0 request with an int or string id must
 get exactly one response, and nothing else may be answered more than once. After a case that leaves the parser mid-frame the driver sends the
 bytes that finish it (filler for a body, a line end), as a client that recovers would.
-After each batch the server must answer a valid request.
+After each batch the server must answer a valid request. One file for one job: the framing model, the
+case generator and the driver exist only for each other (the model is how the driver knows what to expect).
 
     python -m codespec.reliability.fuzz --cases 10000 --seconds 120 [--edit-sequences 1000]
         [--local-sequences 2000] [--seed 1] [--json out.json]

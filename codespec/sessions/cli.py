@@ -183,14 +183,8 @@ def correctness_failures(summary: dict[str, Any]) -> list[str]:
 
 def _run_replay(args: argparse.Namespace) -> int:
     from codespec.sessions.files import Writer, text_writer, write_all
-    from codespec.sessions.replay import (
-        default_server_command,
-        format_table,
-        parse_speed,
-        plot_result,
-        replay,
-        summarize,
-    )
+    from codespec.sessions.metrics import format_table, plot_result, summarize
+    from codespec.sessions.replay import default_server_command, parse_speed, replay
 
     if args.pause_ms <= 0:
         raise CodespecError("--pause-ms must be positive")

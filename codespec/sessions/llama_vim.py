@@ -27,8 +27,11 @@ What is not: yanks, saves and buffer switches (sessions carry none), the instruc
 accepting (the replay judges the shown text against what was typed instead), vim's byte-indexed strings
 (here characters). One ReplayedRequest per inline request of the session (one per cursor state, as the LSP
 columns): its answer is the first acceptable hint rendered for that cursor state, with the time since the
-keystroke, so that codespec.sessions.replay's pause figures apply unchanged; a state that never got one is
+keystroke, so that codespec.sessions.metrics' pause figures apply unchanged; a state that never got one is
 `cancelled` (superseded), or `null` when only an empty hint came.
+
+One file for one job: a port of one plugin's client (context, ring buffer, response cache, render, and the
+driver that replays sessions through them), read side by side with autoload/llama.vim.
 """
 
 from __future__ import annotations

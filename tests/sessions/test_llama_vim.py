@@ -34,7 +34,8 @@ from codespec.sessions.llama_vim import (
     render,
     vim_lines,
 )
-from codespec.sessions.replay import ReplayResult, summarize
+from codespec.sessions.metrics import summarize
+from codespec.sessions.replay import ReplayResult
 from tests.sessions.conftest import fake_server
 
 URI = "file:///work/demo.py"

@@ -3,14 +3,8 @@ a replay through the fake server."""
 
 from __future__ import annotations
 
-from codespec.sessions.replay import (
-    PAUSE_MS,
-    ReplayedRequest,
-    pause_summary,
-    replay_sessions,
-    screen_pauses,
-    summarize,
-)
+from codespec.sessions.metrics import PAUSE_MS, pause_summary, screen_pauses, summarize
+from codespec.sessions.replay import ReplayedRequest, replay_sessions
 from tests.sessions.conftest import fake_server
 
 URI = "file:///t.py"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from codespec.sessions.replay import Play, replay_sessions, summarize
+from codespec.sessions.metrics import summarize
+from codespec.sessions.replay import Play, replay_sessions
 from tests.sessions.conftest import truncated
 from tests.sessions.test_replay import assert_sound
 

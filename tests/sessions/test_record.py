@@ -7,8 +7,9 @@ import itertools
 import sys
 
 from codespec.sessions.format import final_texts, read_session, validate_session
+from codespec.sessions.metrics import summarize
 from codespec.sessions.record import SessionRecorder, annotate_expect
-from codespec.sessions.replay import replay_sessions, summarize
+from codespec.sessions.replay import replay_sessions
 from tests.sessions.conftest import fake_server
 
 OPEN = {"textDocument": {"uri": "file:///a.go", "languageId": "go", "version": 1, "text": "package a\n"}}

@@ -11,7 +11,8 @@ import pytest
 
 from codespec.cli import main
 from codespec.errors import CodespecError
-from codespec.sessions.replay import Play, judge, replay_sessions, shown_suggestion, summarize
+from codespec.sessions.metrics import summarize
+from codespec.sessions.replay import Play, judge, replay_sessions, shown_suggestion
 from tests.sessions.conftest import fake_server
 
 

@@ -1,0 +1,347 @@
+"""What a replay adds up to: what the user saw at each pause (the pause figures: coverage, time to ghost
+text, acceptance), the summary of a replay's requests, its table and its plots. The replaying itself is in
+codespec/sessions/replay.py."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from codespec.sessions.format import TextBuffer
+from codespec.sessions.replay import OUTCOMES, ReplayedRequest, ReplayResult, judge
+from codespec.stats import percentile
+
+PAUSE_MS = 500.0
+
+
+@dataclass
+class Pause:
+    """The screen at one pause: a keystroke that triggered an inline request and was followed by at
+    least the pause length without another keystroke in the session (or by the session's end)."""
+
+    record: ReplayedRequest  # the request that keystroke triggered
+    ghost: str | None  # the ghost text on screen when the pause ended (None: nothing)
+    # keystroke sent -> that ghost text on screen (0: ghost text stayed on screen through the keystroke)
+    time_to_ghost_ms: float | None
+    accepted: bool | None  # the ghost text was what the user typed next (None: not judged, no expect)
+
+    @property
+    def covered(self) -> bool:
+        return self.ghost is not None
+
+
+def typed_along(ghost: str, before: ReplayedRequest, after: ReplayedRequest) -> str | None:
+    """What is left of `ghost` (shown at `before`'s cursor) once the user typed its start, which takes the
+    document to `after`'s cursor line and position: editors keep such ghost text on screen. None when the
+    typing went elsewhere or did not match the ghost text."""
+    if after.uri != before.uri or after.line != before.line:
+        return None
+    try:
+        cursor = TextBuffer(before.line_text).offset_at(0, before.character)
+        new_cursor = TextBuffer(after.line_text).offset_at(0, after.character)
+    except ValueError:
+        return None
+    typed = after.line_text[cursor:new_cursor]
+    inserted = before.line_text[:cursor] + typed + before.line_text[cursor:]
+    if not typed or after.line_text != inserted or not ghost.startswith(typed):
+        return None
+    return ghost[len(typed) :] or None
+
+
+def screen_pauses(records: Sequence[ReplayedRequest], pause_ms: float = PAUSE_MS) -> tuple[list[Pause], int]:
+    """(the pauses, how many answers put ghost text on screen) of one play's records (send order).
+
+    The screen is played forward on the replay clock. An answer that arrives before a newer keystroke
+    (and after no newer answer) replaces the ghost text: its suggestion, or nothing for a null. A
+    keystroke keeps the ghost text when it typed the ghost text's start (the rest stays), otherwise
+    clears it. A pause ends at the session's next keystroke as sent, or for the last keystroke when its
+    scheduled gap has passed; what is on screen then is the pause's ghost text."""
+    key, pause_end, answer = 1, 0, 2  # event order at equal instants: a pause ends before the next keystroke
+    events: list[tuple[float, int, int]] = []
+    keystroke_s: dict[int, float] = {}  # by record index
+    # by record index: when the keystroke after the one it followed was sent; its answer is stale from then
+    # on, even when that keystroke triggered no request (so that no record tells of it)
+    stale_from: dict[int, float | None] = {}
+    next_key: float | None = None
+    for index, record in enumerate(records):
+        if record.keystroke_s is not None:
+            keystroke_s[index], next_key = record.keystroke_s, record.next_keystroke_s
+            events.append((record.keystroke_s, key, index))
+            if record.gap_ms is not None and record.gap_ms >= pause_ms:
+                end = record.next_keystroke_s
+                events.append(
+                    (record.keystroke_s + record.gap_ms / 1000.0 if end is None else end, pause_end, index)
+                )
+        stale_from[index] = next_key
+        if record.outcome in ("items", "null") and record.latency_ms is not None:
+            events.append((record.sent_s + record.latency_ms / 1000.0, answer, index))
+    events.sort()
+    ghost: str | None = None
+    anchor: ReplayedRequest | None = None  # the request whose cursor the ghost text follows
+    since: float | None = None  # since when ghost text has been on screen without a gap
+    newest_key = newest_answer = -1
+    pauses: list[Pause] = []
+    shown = 0
+    for instant, kind, index in events:
+        record = records[index]
+        if kind == pause_end:
+            wait = None if since is None else max(0.0, (since - keystroke_s[index]) * 1000.0)
+            verdict = None if ghost is None or record.expect is None else judge(ghost, record.expect)[0]
+            pauses.append(Pause(record, ghost, wait, verdict))
+        elif kind == key:
+            newest_key = index
+            left = typed_along(ghost, anchor, record) if ghost is not None and anchor is not None else None
+            ghost, anchor = (left, record) if left else (None, None)
+            since = since if left else None
+        else:
+            later_key = stale_from[index]
+            if index < newest_key or (later_key is not None and instant >= later_key):
+                continue  # a newer keystroke was sent first: the editor dropped the answer
+            if index < newest_answer:
+                continue  # overtaken by a newer request's answer: the editor dropped it too
+            newest_answer = index
+            text = record.shown if record.outcome == "items" else None
+            if text:
+                shown += 1
+                since = instant if ghost is None else since
+                ghost, anchor = text, record
+            else:
+                ghost = anchor = since = None
+    return pauses, shown
+
+
+def pause_summary(records: Sequence[ReplayedRequest], keystrokes: int, chars_saved: int,
+                  pause_ms: float = PAUSE_MS) -> dict[str, Any]:  # fmt: skip
+    """The headline figures: what the user sees when they stop typing."""
+    pauses: list[Pause] = []
+    shown = 0
+    by_play: dict[int, list[ReplayedRequest]] = {}
+    for record in records:
+        by_play.setdefault(record.play, []).append(record)
+    for play_records in by_play.values():
+        found, count = screen_pauses(play_records, pause_ms)
+        pauses += found
+        shown += count
+    covered = [p for p in pauses if p.covered]
+    waits = [p.time_to_ghost_ms for p in covered if p.time_to_ghost_ms is not None]
+    judged = [p for p in pauses if p.record.expect is not None]
+    accepted = sum(p.accepted is True for p in judged)
+    return {
+        "pause_ms": pause_ms,
+        "count": len(pauses),
+        "covered": len(covered),
+        "coverage": len(covered) / len(pauses) if pauses else None,
+        "time_to_ghost_ms": {"p50": percentile(waits, 50), "p90": percentile(waits, 90)},
+        "accepted_at_pause": accepted,
+        # over the pauses with an expect, covered or not: how often the user found the right text waiting
+        "accepted_at_pause_rate": accepted / len(judged) if judged else None,
+        "suggestions_per_100_keystrokes": 100.0 * shown / keystrokes if keystrokes else None,
+        "chars_saved_per_keystroke": chars_saved / keystrokes if keystrokes else None,
+    }
+
+
+def summarize(result: ReplayResult, label: str | None = None, pause_ms: float = PAUSE_MS) -> dict[str, Any]:
+    """The report: the pause figures first, then counts per outcome, latency percentiles of answered
+    requests, acceptance (of the plays with `label` only, when given)."""
+    records = [r for r in result.records if label is None or r.label == label]
+    counts = {o: sum(r.outcome == o for r in records) for o in OUTCOMES}
+    answered = [r.latency_ms for r in records if r.outcome in ("items", "null") and r.latency_ms is not None]
+    with_items = [r.latency_ms for r in records if r.outcome == "items" and r.latency_ms is not None]
+    shown = [r for r in records if r.shown and r.expect is not None]
+    accepted = [r for r in shown if r.accepted]
+    saved = sum(r.chars_saved for r in records)
+    keys = sum(n for name, n in result.keystrokes.items() if label is None or name == label)
+    checked = [d for d in result.documents if d.ok is not None and (label is None or d.label == label)]
+    return {
+        "pauses": pause_summary(records, keys, saved, pause_ms),
+        "server": shlex.join(result.server),
+        "speed": "max" if result.speed is None else result.speed,
+        "sessions": len(result.sessions),
+        "requests": len(records),
+        "answered": counts["items"] + counts["null"],
+        "items": counts["items"],
+        "null": counts["null"],
+        "cancelled": counts["cancelled"],
+        "errors": counts["error"],
+        "missing": counts["missing"],
+        "duplicate_responses": sum(max(0, r.responses - 1) for r in records),
+        "late_results": sum(r.late for r in records),
+        "answered_after_cancel": sum(r.answered_after_cancel is True for r in records),
+        "latency_ms": {
+            "p50": percentile(answered, 50),
+            "p90": percentile(answered, 90),
+            "p99": percentile(answered, 99),
+            "mean": sum(answered) / len(answered) if answered else None,
+            "max": max(answered) if answered else None,
+        },
+        # the same over answers that carried a suggestion (nulls are often instant "nothing to suggest")
+        "latency_items_ms": {
+            "p50": percentile(with_items, 50),
+            "p90": percentile(with_items, 90),
+            "p99": percentile(with_items, 99),
+        },
+        "shown": len(shown),
+        "accepted": len(accepted),
+        "accepted_rate": len(accepted) / len(shown) if shown else None,
+        "keystrokes": keys,
+        "chars_saved": saved,
+        "chars_saved_per_keystroke": saved / keys if keys else None,
+        "documents_checked": len(checked),
+        "documents_mismatched": sum(d.ok is False for d in checked),
+        "other_requests": result.other_requests,
+        "other_errors": result.other_errors,
+        "server_stats": result.server_stats,
+        "max_send_lag_ms": round(result.max_send_lag_ms, 1),
+        "first_error": next((r.error for r in records if r.outcome == "error"), None),
+        "wall_s": round(result.wall_s, 3),
+    }
+
+
+def format_table(summary: dict[str, Any]) -> str:
+    def ms(value: float | None) -> str:
+        return "-" if value is None else f"{value:.1f} ms"
+
+    def pct(value: float | None) -> str:
+        return "-" if value is None else f"{value:.1%}"
+
+    lat = summary["latency_ms"]
+    rate = summary["accepted_rate"]
+    per_key = summary["chars_saved_per_keystroke"]
+    pauses = summary["pauses"]
+    per_100 = pauses["suggestions_per_100_keystrokes"]
+    rows = [  # the pauses first: the moment the user looks for ghost text
+        (
+            f"pauses (>= {pauses['pause_ms']:.0f} ms)",
+            f"{pauses['count']}, ghost text at {pauses['covered']} ({pct(pauses['coverage'])})",
+        ),
+        (
+            "  time to ghost text p50 / p90",
+            " / ".join(ms(pauses["time_to_ghost_ms"][q]) for q in ("p50", "p90")),
+        ),
+        (
+            "  what was typed next",
+            f"{pauses['accepted_at_pause']} ({pct(pauses['accepted_at_pause_rate'])} of judged pauses)",
+        ),
+        ("suggestions shown / 100 keys", "-" if per_100 is None else f"{per_100:.1f}"),
+        (
+            "chars saved / keystroke",
+            "-" if per_key is None else f"{per_key:.3f} ({summary['chars_saved']} chars)",
+        ),
+        ("server", summary["server"]),
+        ("sessions / speed", f"{summary['sessions']} / {summary['speed']}"),
+        ("inline requests", summary["requests"]),
+        ("answered (items / null)", f"{summary['answered']} ({summary['items']} / {summary['null']})"),
+        ("cancelled", summary["cancelled"]),
+        ("errors / missing", f"{summary['errors']} / {summary['missing']}"),
+        ("answered after cancel", summary["answered_after_cancel"]),
+        ("latency p50 / p90 / p99", f"{ms(lat['p50'])} / {ms(lat['p90'])} / {ms(lat['p99'])}"),
+        ("  of items answers", " / ".join(ms(summary["latency_items_ms"][q]) for q in ("p50", "p90", "p99"))),
+        (
+            "shown / accepted",
+            f"{summary['shown']} / {summary['accepted']}" + (f" ({rate:.1%})" if rate is not None else ""),
+        ),  # fmt: skip
+        (
+            "final text checked",
+            f"{summary['documents_checked']} docs, {summary['documents_mismatched']} mismatched",
+        ),
+        ("wall time / max send lag", f"{summary['wall_s']:.1f} s / {summary['max_send_lag_ms']:.0f} ms"),
+    ]
+    width = max(len(name) for name, _ in rows)
+    lines = [f"{name:<{width}}  {value}" for name, value in rows]
+    if summary.get("first_error"):
+        lines.append(f"{'first error':<{width}}  {json.dumps(summary['first_error'])[:200]}")
+    stats = summary.get("server_stats")
+    if isinstance(stats, dict):  # the scalar counters; the full object is in --json
+        flat = {k: v for k, v in sorted(stats.items()) if isinstance(v, int | float | str | bool)}
+        lines.append(f"{'server stats':<{width}}  {json.dumps(flat)}")
+    elif stats is not None:
+        lines.append(f"{'server stats':<{width}}  {json.dumps(stats)[:300]}")
+    return "\n".join(lines)
+
+
+def pause_waits(result: ReplayResult, label: str | None = None,
+                pause_ms: float = PAUSE_MS) -> tuple[list[float], int]:  # fmt: skip
+    """(time to ghost text of the covered pauses in ms, the number of pauses) of a replay's plays."""
+    by_play: dict[int, list[ReplayedRequest]] = {}
+    for record in result.records:
+        if label is None or record.label == label:
+            by_play.setdefault(record.play, []).append(record)
+    pauses = [p for records in by_play.values() for p in screen_pauses(records, pause_ms)[0]]
+    return [p.time_to_ghost_ms for p in pauses if p.time_to_ghost_ms is not None], len(pauses)
+
+
+def plot_pause_cdf(ax: Any, waits: list[float], count: int, label: str = "", until: float | None = None,
+                   **style: Any) -> None:  # fmt: skip
+    """The share of pauses with ghost text on screen by each time after the keystroke: the curve
+    levels off at the coverage (pauses never covered never arrive). It runs from 0 (ghost text that
+    stayed through the keystroke) to `until` ms (default: a little past the slowest)."""
+    if not count:
+        return
+    values = sorted(waits)
+    xs = [0.0, *values, until if until is not None else max(values, default=0.0) * 1.05 + 1.0]
+    ys = [sum(v <= 0.0 for v in values) / count, *((i + 1) / count for i in range(len(values)))]
+    ys.append(ys[-1])
+    text = f"{label} " if label else ""
+    ax.step(xs, ys, where="post", label=f"{text}{len(values)}/{count} covered", **style)
+
+
+def style_pause_axes(ax: Any, pause_ms: float) -> None:
+    ax.set_xlabel("keystroke -> ghost text on screen (ms)")
+    ax.set_ylabel("share of pauses with ghost text")
+    ax.set_ylim(0, 1.02)
+    ax.set_xlim(left=0)
+    ax.grid(True, alpha=0.3)
+    ax.set_title(f"at pauses (>= {pause_ms:.0f} ms without a keystroke)", fontsize=9)
+
+
+def plot_result(result: ReplayResult, path: str, title: str = "", pause_ms: float = PAUSE_MS) -> None:
+    """Latency of every inline request over the replay, the distribution of answered latencies, and the
+    time to ghost text at pauses."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (over_time, dist, at_pause) = plt.subplots(
+        1, 3, figsize=(16, 4.4), gridspec_kw={"width_ratios": [2, 1, 1]}
+    )
+    styles = {"items": ("tab:green", "o"), "null": ("tab:gray", "."), "cancelled": ("tab:orange", "x"),
+              "error": ("tab:red", "s")}  # fmt: skip
+    for outcome, (color, marker) in styles.items():
+        rows = [r for r in result.records if r.outcome == outcome and r.latency_ms is not None]
+        if rows:
+            over_time.scatter([r.sent_s for r in rows], [r.latency_ms for r in rows], s=10, c=color,
+                              marker=marker, label=f"{outcome} ({len(rows)})")  # fmt: skip
+    over_time.set_xlabel("replay time (s)")
+    over_time.set_ylabel("send-to-response latency (ms)")
+    over_time.set_yscale("log")
+    over_time.legend(loc="upper right", fontsize=8)
+    answered = [
+        r.latency_ms for r in result.records if r.outcome in ("items", "null") and r.latency_ms is not None
+    ]
+    if answered:
+        dist.hist(answered, bins=40, color="tab:blue")
+        for q, style in ((50, "-"), (90, "--"), (99, ":")):
+            value = percentile(answered, q)
+            dist.axvline(value, color="black", linestyle=style, label=f"p{q} {value:.0f} ms")
+        dist.legend(fontsize=8)
+    dist.set_xlabel("answered latency (ms)")
+    dist.set_ylabel("requests")
+    waits, count = pause_waits(result, pause_ms=pause_ms)
+    plot_pause_cdf(at_pause, waits, count, color="tab:purple")
+    for q, style in ((50, "-"), (90, "--")):
+        value = percentile(waits, q)
+        if value is not None:
+            at_pause.axvline(
+                value, color="black", linestyle=style, linewidth=0.8, label=f"p{q} {value:.0f} ms"
+            )
+    if count:
+        at_pause.legend(loc="best", fontsize=8)
+    style_pause_axes(at_pause, pause_ms)
+    fig.suptitle(title or f"replay: {len(result.sessions)} sessions, speed {result.speed or 'max'}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, format="png")
+    plt.close(fig)
