@@ -64,11 +64,11 @@ llama-server: $(LLAMA_BUILD)/bin/llama-server
 
 # Side-by-side benchmarks; results land in docs/ (benchmarks.md, JSON, PNG). CPU: about an hour.
 bench: fetch llama-server
-	$(VENV)/bin/codespec bench generate --target bundled:qwen2.5-coder-1.5b --runtime llamacpp --threads 2 \
+	$(VENV)/bin/codespec bench generate --model bundled:qwen2.5-coder-1.5b --runtime llamacpp --threads 2 \
 		--set all --n 6 --max-tokens 48 --modes plain,lookup,llama-server,llama-server-ngram --out docs
-	$(VENV)/bin/codespec bench generate --target bundled:qwen2.5-coder-0.5b --n 5 --max-tokens 64 \
+	$(VENV)/bin/codespec bench generate --model bundled:qwen2.5-coder-0.5b --n 5 --max-tokens 64 \
 		--modes plain,hf-greedy,hf-lookup,lookup --out docs
-	$(VENV)/bin/codespec bench generate --target bundled:qwen2.5-coder-1.5b --draft-model bundled:qwen2.5-coder-0.5b \
+	$(VENV)/bin/codespec bench generate --model bundled:qwen2.5-coder-1.5b --draft-model bundled:qwen2.5-coder-0.5b \
 		--n 3 --max-tokens 48 --modes plain,hf-lookup,hf-assisted,lookup,model,both --out docs
 	$(VENV)/bin/codespec bench replay --count 4 --llama-vim --no-cold --threads 2 --out docs \
 		--markdown docs/benchmarks.md
