@@ -1,5 +1,7 @@
-"""`codespec` command line. Each sub-command lives in its own module, imported only when used,
-so that `codespec serve` and `codespec --help` start without importing torch.
+"""The `codespec` command line: the top-level parser that hands each sub-command to its own module.
+
+Each sub-command lives in its own module, imported only when used, so that `codespec serve` and
+`codespec --help` start without importing torch.
 
 One convention: a command's `register(subparsers, name, help)` lives in the module named `cli.py` of the
 package that owns the command (codespec/models/cli.py, codespec/context/cli.py, codespec/sessions/cli.py,

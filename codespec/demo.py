@@ -1,7 +1,8 @@
-"""`codespec demo`: the main job end to end. Replays one recorded-format edit session (a CPython
-standard-library function typed back into its file) through the real `codespec serve --stdio` at
-typing speed, prints each suggestion as the editor would show it, then the latency table (its parser is
-added in codespec/cli.py)."""
+"""`codespec demo`: shows codespec completing code live, one recorded edit session through the real server.
+
+It replays one recorded-format edit session (a CPython standard-library function typed back into its file)
+through the real `codespec serve --stdio` at typing speed, prints each suggestion as the editor would show it,
+then the latency table (its parser is added in codespec/cli.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""An EAGLE-style draft head: one decoder layer that reads the target's last hidden state at position j (its
+"""An EAGLE-style draft head that drafts tokens from the target's own hidden states at the cost of one layer.
+
+The head is one decoder layer that reads the target's last hidden state at position j (its
 "feature", what its LM head turns into the next-token distribution) together with the embedding of token
 j+1, and predicts the target's feature at j+1, which the target's own LM head decodes into a draft token.
 The next draft step feeds that predicted feature back in. Drafting then costs one layer (plus the LM head)

@@ -1,4 +1,6 @@
-"""The decode loop: draft cheaply, verify all drafts in one target forward, keep exactly what the target
+"""The speculative-decoding loop that turns cheap drafts into exactly the output the target would produce.
+
+The decode loop: draft cheaply, verify all drafts in one target forward, keep exactly what the target
 would have produced. Greedy output is identical to plain greedy; sampling output has exactly the target's
 distribution (rejection sampling). The target KV cache survives between calls, so a prompt that shares a
 prefix with the previous one only prefills the new tokens."""

@@ -1,5 +1,7 @@
-"""The Qwen2.5-Coder FIM special tokens, spelled once: the prompt template, the stop tokens, the tiny
-test tokenizer, the benchmarks' prompts and distillation read them from here."""
+"""The Qwen2.5-Coder FIM special tokens, spelled once for every module that builds or stops on FIM prompts.
+
+The prompt template, the stop tokens, the tiny test tokenizer, the benchmarks' prompts and distillation read
+them from here."""
 
 ENDOFTEXT = "<|endoftext|>"
 IM_START = "<|im_start|>"

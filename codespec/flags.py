@@ -1,5 +1,7 @@
-"""Command-line spellings shared by every command: one name per option (`--model`, `--draft-model`,
-`--drafting`), and the old spellings still accepted for one release with a deprecation line."""
+"""The command-line option spellings shared by every command, with deprecated spellings still accepted.
+
+One name per option (`--model`, `--draft-model`, `--drafting`), and the old spellings still accepted for one
+release with a deprecation line."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""`codespec generate`: one prompt through the speculative decoder (its parser is added in codespec/cli.py)."""
+"""`codespec generate`: runs one prompt through the speculative decoder and prints what it generates.
+
+Its parser is added in codespec/cli.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""A local llama.cpp `llama-server` started and driven for side-by-side comparisons (the anchor of
+"""Starts and drives llama.cpp's own `llama-server`, the comparison point of `codespec bench generate`.
+
+A local llama.cpp `llama-server` started and driven for side-by-side comparisons (the comparison point of
 `codespec bench generate`): the binary built by `make llama-server` from the llama.cpp source that the
 llama-cpp-python sdist carries, serving the same GGUF codespec's llama.cpp runtime loads."""
 

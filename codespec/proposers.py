@@ -1,4 +1,6 @@
-"""Drafters for speculative decoding. Every drafter implements one small interface (`Proposer`): it is attached
+"""The drafters for speculative decoding, each behind the one small `Proposer` interface the engine calls.
+
+Every drafter implements one small interface (`Proposer`): it is attached
 to the engine's target once, told about the prompt, asked for a draft for the current sequence, and told how
 many of its tokens the target accepted. Verification lives in the engine; a drafter can never change the
 output, only the speed."""

@@ -1,6 +1,8 @@
-"""A generation backend on a shared serving engine (llama-server, vLLM, SGLang) over HTTP: `codespec serve
---engine URL`. It answers what the LSP side asks of the local Engine (`tokenizer`, `stream`, `reset_cache`),
-so context, typing-along, prefetch, post-processing and cancellation stay one implementation.
+"""A generation backend that completes on a shared serving engine (llama-server, vLLM, SGLang) over HTTP.
+
+It backs `codespec serve --engine URL` and answers what the LSP side asks of the local Engine (`tokenizer`,
+`stream`, `reset_cache`), so context, typing-along, prefetch, post-processing and cancellation stay one
+implementation.
 
 Protocol: OpenAI-compatible `/v1/completions` with the FIM prompt built here (markers in the prompt text;
 vLLM refuses a `suffix` field), streamed as server-sent events. Where the engine is llama-server (its

@@ -1,4 +1,6 @@
-"""Tiny random-weight Qwen2-architecture models with a byte-level tokenizer that carries the Qwen
+"""Tiny random-weight test models, so tests run the real model code paths in milliseconds without weights.
+
+Tiny random-weight Qwen2-architecture models with a byte-level tokenizer that carries the Qwen
 special tokens. They exercise the real code paths (HF model, KV cache, tokenizer, FIM tokens) in
 milliseconds, so unit tests and server tests need no weights."""
 

@@ -1,4 +1,6 @@
-"""LSP base-protocol framing, the project's one copy: `frame` writes a frame (every client here sends with
+"""LSP base-protocol framing, the project's one copy: writing frames and splitting byte streams into bodies.
+
+`frame` writes a frame (every client here sends with
 it), `FrameParser` splits a byte stream into bodies the way the server reads its stdin (the recorder and
 the replayer read with it too), `read_strict_frames` checks a stream that must be strictly framed (the
 server's stdout, read by the reliability drivers).

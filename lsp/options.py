@@ -1,4 +1,6 @@
-"""Server options: command-line defaults overridden by `initializationOptions` and later by
+"""Server options: the settings the server runs with, from the command line and then from the client.
+
+Command-line defaults overridden by `initializationOptions` and later by
 `workspace/didChangeConfiguration` (settings under a "codespec" key, or at the top level)."""
 
 from __future__ import annotations

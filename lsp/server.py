@@ -1,5 +1,6 @@
-"""The codespec language server: thin pygls handlers over the completion manager, the engine and
-the context room. Options, custom methods and error codes are documented in docs/server.md."""
+"""The codespec language server: thin pygls handlers over the completion manager, engine and context room.
+
+Options, custom methods and error codes are documented in docs/server.md."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""`codespec bench context`: per-keystroke context building on a ~5,000-line file (real CPython code),
+"""`codespec bench context`: measures what building the completion context costs on every keystroke.
+
+Per-keystroke context building on a ~5,000-line file (real CPython code),
 incremental parsing vs a full re-parse per keystroke side by side, plus the prompt-prefix stability the
 engine's KV reuse depends on. Results go to the "## Context building" section of docs/benchmarks.md."""
 

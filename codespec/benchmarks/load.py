@@ -1,4 +1,6 @@
-"""`codespec bench replay --parallel 1,2,4,8`: a team on one serving engine. For each N, N recorded sessions
+"""`codespec bench replay --parallel`: how N developers' editors fare when they share one serving engine.
+
+`codespec bench replay --parallel 1,2,4,8`: a team on one serving engine. For each N, N recorded sessions
 replay at once at typing speed, each through its own `codespec serve --engine` process (as N developers'
 editors would run it) against one shared engine; the report is the pause figures and the errors per N, and
 a plot of how time to ghost text grows with N. Not a timed test."""

@@ -1,4 +1,6 @@
-"""What every benchmark's report shares: the machine in one line, and a section of docs/benchmarks.md
+"""The parts every benchmark report shares: the machine line and in-place rewriting of docs/benchmarks.md.
+
+What every benchmark's report shares: the machine in one line, and a section of docs/benchmarks.md
 rewritten in place (between markers, so that each benchmark owns only its own sections)."""
 
 from __future__ import annotations

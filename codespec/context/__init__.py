@@ -1,4 +1,6 @@
-"""Completion context: documents kept in step with edits, mode decision, prompt, stop rules and
+"""Completion context: turns an edited document and cursor into a prompt, stop rules and cleaned-up text.
+
+Documents kept in step with edits, mode decision, prompt, stop rules and
 post-processing (contracts in docs/design.md)."""
 
 from codespec.context.build import CompletionContext, ContextCache, ContextConfig, build_context

@@ -1,4 +1,6 @@
-"""`codespec context FILE:LINE:COL` and `codespec complete FILE:LINE:COL` (1-based, as compilers print
+"""`codespec context` and `codespec complete`: show the context built, or a completion, at one file position.
+
+`codespec context FILE:LINE:COL` and `codespec complete FILE:LINE:COL` (1-based, as compilers print
 them; COL counts characters)."""
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
-"""Post-processing of a raw completion, Tabby-agent style: a list of small pure filters
-`(text, ctx) -> text`, applied in order. Each fixes one of the complaints users file most:
-duplicated closing brackets, repeated suffix lines, wrong indentation, whitespace-only results,
-output that does not parse."""
+"""Post-processing of a raw completion: small pure filters that fix what users complain about most.
+
+Tabby-agent style: a list of small pure filters `(text, ctx) -> text`, applied in order. Each fixes one of the
+complaints users file most: duplicated closing brackets, repeated suffix lines, wrong indentation,
+whitespace-only results, output that does not parse."""
 
 from __future__ import annotations
 

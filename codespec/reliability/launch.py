@@ -1,4 +1,6 @@
-"""Test-only launcher: `python -m codespec.reliability.launch [--faults] [--audit FILE] -- ARGS`
+"""A test-only launcher that runs `codespec` in-process, optionally with model faults and an audit log.
+
+Usage: `python -m codespec.reliability.launch [--faults] [--audit FILE] -- ARGS`
 runs `codespec ARGS` in this process, optionally with injected model faults and an audit log.
 
 Faults are injected from outside the server, at the engine's `stream` (the model path the server

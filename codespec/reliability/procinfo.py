@@ -1,5 +1,6 @@
-"""Process probes from /proc (Linux): memory, children, process groups, sockets. Small on purpose;
-callers skip where /proc is missing."""
+"""Process probes from /proc (Linux): a process's memory, children, process groups and sockets.
+
+Small on purpose; callers skip where /proc is missing."""
 
 from __future__ import annotations
 

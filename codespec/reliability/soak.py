@@ -1,11 +1,14 @@
-"""Load soak of the real `codespec serve --stdio` process (tiny model): N requests per second for
+"""Load soak of the real `codespec serve --stdio` process: sustained typing-like load, checked for loss.
+
+Load soak of the real `codespec serve --stdio` process (tiny model): N requests per second for
 S seconds over D documents, as typing: each request follows a keystroke (`didChange`) in its
 document, and a share of requests is cancelled (`$/cancelRequest`) a few milliseconds after it
 was sent. Sending is time-bounded: a server that reads its input slowly (stdin is a pipe, so
-writes block) gets fewer requests, and the rate it held is reported. Checked: every request is answered (a result, null when superseded, or -32800 when
-cancelled), the server answers afterwards (no deadlock), every document's text equals what was
-typed (nothing lost), RSS growth (< 100 MB over the measured run, which follows an unmeasured
-warm-up run on other documents; the warm-up's own growth is reported too). Reported: the rate held, latencies, cancellation latency (cancel
+writes block) gets fewer requests, and the rate it held is reported. Checked: every request is
+answered (a result, null when superseded, or -32800 when cancelled), the server answers afterwards
+(no deadlock), every document's text equals what was typed (nothing lost), RSS growth (< 100 MB
+over the measured run, which follows an unmeasured warm-up run on other documents; the warm-up's
+own growth is reported too). Reported: the rate held, latencies, cancellation latency (cancel
 sent -> response) percentiles.
 
     python -m codespec.reliability.soak --rate 200 --seconds 30 --documents 20 [--json out.json]

@@ -1,4 +1,6 @@
-"""The anchor column of `codespec bench replay`: recorded edit sessions replayed against a local llama-server
+"""The llama.vim column of `codespec bench replay`: sessions replayed against llama.cpp's own server.
+
+The comparison column of `codespec bench replay`: recorded edit sessions replayed against a local llama-server
 the way llama.vim (ggml-org/llama.vim, autoload/llama.vim) drives it, so that the pause figures compare
 codespec with the editor plugin users run today on the same GGUF.
 

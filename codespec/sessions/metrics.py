@@ -1,4 +1,6 @@
-"""What a replay adds up to: what the user saw at each pause (the pause figures: coverage, time to ghost
+"""What a replay adds up to: its pause figures, request summary, table and plots, computed from its requests.
+
+What the user saw at each pause (the pause figures: coverage, time to ghost
 text, acceptance), the summary of a replay's requests, its table and its plots. The replaying itself is in
 codespec/sessions/replay.py."""
 
