@@ -19,9 +19,8 @@ from typing import Any
 
 from codespec.errors import CodespecError
 from codespec.sessions.format import Session
-from codespec.sessions.metrics import pause_summary
-from codespec.sessions.replay import Play, ReplayServer
-from codespec.stats import percentile
+from codespec.sessions.metrics import summarize
+from codespec.sessions.replay import Play, ReplayResult, ReplayServer
 
 SECTION = "## Shared engine load (replay --parallel)"
 WARM = {"cache": True, "typingAlong": True, "earlyAnswer": True, "prefetch": True}
@@ -59,26 +58,16 @@ async def replay_at_once(sessions: list[Session], count: int, command: list[str]
         started = time.perf_counter()
         await asyncio.gather(*(play_share(server, index) for index, server in enumerate(servers)))
         wall = time.perf_counter() - started
-    records = [record for server in servers for record in server.result.records]
+    merged = ReplayResult(server=command, speed=speed, wall_s=wall)
     for index, server in enumerate(servers):  # plays of different servers must not merge into one play
         for record in server.result.records:
             record.play = record.play * count + index
-    keystrokes = sum(sum(server.result.keystrokes.values()) for server in servers)
-    saved = sum(record.chars_saved for record in records)
-    answered = [r.latency_ms for r in records if r.outcome in ("items", "null") and r.latency_ms is not None]
-    outcomes = {o: sum(r.outcome == o for r in records) for o in ("items", "null", "cancelled", "error", "missing")}
-    return {
-        "sessions": count,
-        "pauses": pause_summary(records, keystrokes, saved, pause_ms),
-        "requests": len(records),
-        **outcomes,
-        "latency_ms": {"p50": percentile(answered, 50), "p90": percentile(answered, 90)},  # answered requests
-        "answered_after_cancel": sum(r.answered_after_cancel is True for r in records),
-        "late_results": sum(r.late for r in records),
-        "duplicate_responses": sum(max(0, r.responses - 1) for r in records),
-        "first_error": next((r.error for r in records if r.outcome == "error"), None),
-        "wall_s": round(wall, 2),
-    }
+        merged.records += server.result.records
+        merged.documents += server.result.documents
+        merged.sessions += server.result.sessions
+        for label, keystrokes in server.result.keystrokes.items():
+            merged.keystrokes[label] = merged.keystrokes.get(label, 0) + keystrokes
+    return {**summarize(merged, pause_ms=pause_ms), "sessions": count}  # "sessions": developers at once
 
 
 def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
@@ -101,7 +90,7 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         coverage = "-" if pauses["coverage"] is None else f"{100 * pauses['coverage']:.1f} %"
         ghost = pauses["time_to_ghost_ms"]
         lines.append(f"| {row['sessions']} | {pauses['count']} | {coverage} | {ms(ghost['p50'])} / {ms(ghost['p90'])} "
-                     f"| {ms(row['latency_ms']['p50'])} / {ms(row['latency_ms']['p90'])} | {row['requests']} | {row['error']} | {row['missing']} | {row['answered_after_cancel']} |")
+                     f"| {ms(row['latency_ms']['p50'])} / {ms(row['latency_ms']['p90'])} | {row['requests']} | {row['errors']} | {row['missing']} | {row['answered_after_cancel']} |")
     lines += ["", "Time to ghost text counts the covered pauses only (0: the text was already there, typed along); "
               "answer latency is every answered request's, the engine's queue included.", f"Plot: [{Path(meta['plot']).name}]({Path(meta['plot']).name}).", ""]
     return "\n".join(lines)
@@ -169,7 +158,7 @@ def run_parallel(args: argparse.Namespace) -> int:
             rows.append(row)
             ghost = row["pauses"]["time_to_ghost_ms"]
             print(f"N={count}: coverage {row['pauses']['coverage']}, time to ghost text p50/p90 {ghost['p50']} / "
-                  f"{ghost['p90']} ms, {row['requests']} requests, {row['error']} errors, {row['missing']} missing",
+                  f"{ghost['p90']} ms, {row['requests']} requests, {row['errors']} errors, {row['missing']} missing",
                   flush=True)
         engine_command = " ".join(str(part) for part in engine.command())
     plot_path = args.out / "bench-replay-parallel.png"
