@@ -145,6 +145,9 @@ class RemoteEngine:
                   max_time_s: float | None, output: _Output, stats: GenerationStats) -> Iterator[StepEvent | None]:
         import httpx
 
+        def cancelled() -> bool:
+            return cancel is not None and cancel.cancelled
+
         path, body = self._request_body(prompt, max_new_tokens)
         started = time.perf_counter()
         try:
@@ -155,11 +158,9 @@ class RemoteEngine:
                 watcher = _CancelWatcher(response, cancel)
                 try:
                     for data in _server_sent_events(response):
-                        if cancel is not None and cancel.cancelled:
-                            output.finish = "cancelled"
-                            return
-                        event = self._chunk(data, output, stats)
-                        yield event
+                        if cancelled():
+                            break
+                        yield self._chunk(data, output, stats)
                         if self.step_delay_s:
                             time.sleep(self.step_delay_s)
                         if output.finish:
@@ -172,16 +173,12 @@ class RemoteEngine:
         except httpx.TimeoutException as exc:
             raise EngineTrouble("slow", f"engine at {self.url} timed out ({type(exc).__name__})") from None
         except (httpx.TransportError, httpx.StreamError) as exc:
-            if cancel is not None and cancel.cancelled:
-                output.finish = "cancelled"
-                return
-            cut = "mid-stream" if output.chunks else "unreachable"
-            raise EngineTrouble(cut, f"engine at {self.url}: {'stream cut' if output.chunks else 'unreachable'}"
-                                     f" ({type(exc).__name__}: {exc})") from None
-        if not output.finish and not (cancel is not None and cancel.cancelled):
-            if not output.ended:
+            if not cancelled():  # a cancel closes the connection on purpose
+                condition, what = ("mid-stream", "stream cut") if output.chunks else ("unreachable", "unreachable")
+                raise EngineTrouble(condition, f"engine at {self.url}: {what} ({type(exc).__name__}: {exc})") from None
+        if not output.finish:  # the engine's last event sets a finish: without it the stream was cut
+            if not cancelled():
                 raise EngineTrouble("mid-stream", f"engine at {self.url}: the stream ended without its last event")
-        if cancel is not None and cancel.cancelled and not output.finish:
             output.finish = "cancelled"
 
     def _request_body(self, prompt: list[int], max_new_tokens: int) -> tuple[str, dict[str, Any]]:
