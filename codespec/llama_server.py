@@ -31,7 +31,8 @@ def find_llama_server() -> Path:
     return path
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
@@ -55,7 +56,7 @@ class LlamaServer:
         self.binary = find_llama_server()
         self.gguf, self.threads, self.context = gguf, threads or os.cpu_count() or 1, context
         self.extra_args, self.startup_s, self.slots = list(extra_args), startup_s, slots
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen | None = None
 

@@ -17,9 +17,10 @@ import pytest
 
 from codespec.engine import CancelToken, Engine
 from codespec.errors import CodespecError
-from codespec.llama_server import LlamaServer, find_llama_server
+from codespec.llama_server import LlamaServer, free_port
 from codespec.remote import UNAVAILABLE, EngineTimeouts, RemoteEngine, remote_engine
 from codespec.tiny import tiny_tokenizer
+from tests.lsp.helpers import needs_llama_server
 from tests.tiny_gguf import write_tiny_gguf
 
 PROMPT = "<|fim_prefix|>def add(a, b):\n    return<|fim_suffix|>\n<|fim_middle|>"
@@ -31,13 +32,6 @@ def run(engine: RemoteEngine, prompt: str = PROMPT, **kwargs):
     events = list(engine.stream(ids, **kwargs))
     assert events[-1].done and all(not e.done for e in events[:-1])
     return events[-1].result, "".join(e.text for e in events)
-
-
-def needs_llama_server() -> None:
-    try:
-        find_llama_server()
-    except CodespecError as exc:
-        pytest.skip(str(exc))
 
 
 # ----- a scripted fake engine ---------------------------------------------------------------------------
@@ -225,28 +219,14 @@ def test_model_the_engine_does_not_serve_and_a_non_openai_engine(fake):
 
 
 def test_unreachable_engine_answers_at_once():
-    with socket_closed_port() as url:
-        engine = RemoteEngine(url, tokenizer=tiny_tokenizer())
-        started = time.perf_counter()
-        result, _ = run(engine)
-        assert result.finish_reason == UNAVAILABLE and "unreachable" in engine._conditions
-        result, _ = run(engine)  # backing off: no new connection attempt
-        assert result.finish_reason == UNAVAILABLE and time.perf_counter() - started < 2.0
+    engine = RemoteEngine(f"http://127.0.0.1:{free_port()}", tokenizer=tiny_tokenizer())
+    started = time.perf_counter()
+    result, _ = run(engine)
+    assert result.finish_reason == UNAVAILABLE and "unreachable" in engine._conditions
+    result, _ = run(engine)  # backing off: no new connection attempt
+    assert result.finish_reason == UNAVAILABLE and time.perf_counter() - started < 2.0
     with pytest.raises(CodespecError, match="http"):
         RemoteEngine("gpu-box:8000", tokenizer=tiny_tokenizer())
-
-
-class socket_closed_port:
-    def __enter__(self) -> str:
-        import socket
-
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        return f"http://127.0.0.1:{port}"
-
-    def __exit__(self, *exc) -> None:
-        pass
 
 
 # ----- the real llama-server ----------------------------------------------------------------------------

@@ -1,3 +1,5 @@
+import contextlib
+
 import pytest
 import pytest_asyncio
 
@@ -13,7 +15,8 @@ async def client(request, tmp_path_factory):
     twice: on the local engine, and with `--engine` against llama.cpp's llama-server serving the same
     tiny model as a GGUF (the LSP side must not know which one generates)."""
     extra: tuple[str, ...] = ()
-    with tiny_llama_server(tmp_path_factory.mktemp("engine")) if request.param == "engine" else _nothing() as url:
+    engine = request.param == "engine"
+    with tiny_llama_server(tmp_path_factory.mktemp("engine")) if engine else contextlib.nullcontext() as url:
         if url is not None:
             extra = ("--engine", url)
         async with session(
@@ -24,14 +27,6 @@ async def client(request, tmp_path_factory):
             c.backend = request.param
             open_doc(c, FIRST_DOC, "opened = 'while the models load'\n")  # races the eager load
             yield c
-
-
-class _nothing:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
 
 
 @pytest.fixture

@@ -250,19 +250,26 @@ def end_position(text: str, *, units=utf16_len) -> tuple[int, int]:
     return advance(0, 0, text, units=units)
 
 
-@contextlib.contextmanager
-def tiny_llama_server(directory, *, slots: int = 2):
-    """llama.cpp's llama-server (built by `make llama-server`) serving the tiny model as a GGUF; yields its URL."""
+def needs_llama_server() -> None:
+    """Skip, saying why, where `make llama-server` has not built llama.cpp's server (`make test` builds it)."""
     import pytest
 
     from codespec.errors import CodespecError
-    from codespec.llama_server import LlamaServer, find_llama_server
-    from tests.tiny_gguf import write_tiny_gguf
+    from codespec.llama_server import find_llama_server
 
     try:
         find_llama_server()
     except CodespecError as exc:
         pytest.skip(str(exc))
+
+
+@contextlib.contextmanager
+def tiny_llama_server(directory, *, slots: int = 2):
+    """llama.cpp's llama-server (built by `make llama-server`) serving the tiny model as a GGUF; yields its URL."""
+    from codespec.llama_server import LlamaServer
+    from tests.tiny_gguf import write_tiny_gguf
+
+    needs_llama_server()
     gguf = write_tiny_gguf(directory / "tiny.gguf", merges=True)
     with LlamaServer(gguf, threads=1, context=2048 * slots, slots=slots) as server:
         yield server.url

@@ -4,20 +4,19 @@ in `codespec/stats`, and suggestions again by themselves once the engine is back
 from __future__ import annotations
 
 import asyncio
-import socket
 
 import pytest
 
-from codespec.llama_server import LlamaServer
+from codespec.llama_server import LlamaServer, free_port
 from tests.lsp.helpers import (
     LOAD_WAIT_S,
     bounded,
     inline,
     item_text,
+    needs_llama_server,
     open_doc,
     session,
     stats,
-    tiny_llama_server,
 )
 from tests.tiny_gguf import write_tiny_gguf
 
@@ -26,15 +25,8 @@ pytestmark = pytest.mark.asyncio
 DOC = "def add(a, b):\n    return a + b\n\n\ndef scale(values, factor):\n    result = "
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 async def test_engine_down_then_back(tmp_path):
-    with tiny_llama_server(tmp_path):  # skips when llama-server is not built
-        pass
+    needs_llama_server()
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     async with session("--engine", url, init_options={"maxTokens": 8}) as client:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import subprocess
 import sys
 
@@ -13,6 +12,7 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 from pytest_lsp import make_test_lsp_client
 
+from codespec.llama_server import free_port
 from tests.lsp.helpers import (
     LOAD_WAIT_S,
     SERVER_ENV,
@@ -125,12 +125,6 @@ def test_remote_host_is_refused_without_allow_remote():
     )
     assert done.returncode == 2
     assert b"--allow-remote" in done.stderr
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.mark.asyncio
