@@ -125,16 +125,22 @@ class _Writer:
     """Builds the event list while tracking the document, so that every range is exact."""
 
     def __init__(self, uri: str, language: str, before: str, timing: TimingModel, rng: random.Random):
-        self.uri, self.timing, self.rng = uri, timing, rng
-        self.doc = TextBuffer(before, 1)
+        self.timing, self.rng = timing, rng
+        self.docs: dict[str, TextBuffer] = {}
         self.t = 0.0
-        self.events: list[Event] = [
-            Event(
-                0.0,
-                DID_OPEN,
-                {"textDocument": {"uri": uri, "languageId": language, "version": 1, "text": before}},
-            )
-        ]
+        self.events: list[Event] = []
+        self.open(uri, language, before)
+
+    def open(self, uri: str, language: str, text: str) -> None:
+        """didOpen (version 1) at the current time; the document becomes the active one."""
+        self.uri = uri
+        self.docs[uri] = TextBuffer(text, 1)
+        params = {"textDocument": {"uri": uri, "languageId": language, "version": 1, "text": text}}
+        self.events.append(Event(self.t, DID_OPEN, params))
+
+    @property
+    def doc(self) -> TextBuffer:
+        return self.docs[self.uri]
 
     def change(self, start: int, end: int, text: str) -> int:
         """Send one incremental change replacing [start, end); returns the cursor offset after it."""
@@ -161,12 +167,27 @@ class _Writer:
             expect = {"line_rest": line_rest, "next_lines": first_lines(next_lines, NEXT_LINES_KEPT)}
         self.events.append(Event(self.t, INLINE_COMPLETION, params, expect))
 
-    def type_hunk(self, offset: int, hunk: Hunk) -> int:
-        """Navigate, delete the old lines, type the new ones; returns the offset after the typed text."""
+    def type_hunk(self, offset: int, hunk: Hunk, *, enter_at_end: bool = False) -> int:
+        """Navigate, delete the old lines, type the new ones; returns the offset after the typed text.
+
+        With `enter_at_end` (as editors type), new lines that follow a line are typed from the END of that
+        line: Enter (newline + auto-indent), then the line, so the text right of the cursor is empty; the
+        old lines go with the line break before them. Otherwise the new text is typed at the start of the
+        first old line, in front of the text that follows."""
         self.t += self.timing.navigate(self.rng)
-        text, cursor = hunk.new_text, offset
-        if hunk.end > hunk.start:
-            cursor = self.change(offset, offset + hunk.end - hunk.start, "")
+        text, start, end = hunk.new_text, offset, offset + hunk.end - hunk.start
+        doc = self.doc.text
+        if (
+            enter_at_end
+            and start > 0
+            and doc[start - 1] == "\n"
+            and text.endswith("\n")
+            and (end == start or doc[end - 1] == "\n")
+        ):
+            start, end, text = start - 1, end - 1, "\n" + text[:-1]
+        cursor = start
+        if end > start:
+            cursor = self.change(start, end, "")
             self.request(cursor, text)
             self.t += self.timing.key_gap(self.rng)
         typed = 0
@@ -191,7 +212,8 @@ class _Writer:
 
     def close(self) -> None:
         self.t += self.timing.close_after_s
-        self.events.append(Event(self.t, DID_CLOSE, {"textDocument": {"uri": self.uri}}))
+        for uri in self.docs:  # in the order they were opened
+            self.events.append(Event(self.t, DID_CLOSE, {"textDocument": {"uri": uri}}))
 
 
 def synth_session(
@@ -229,6 +251,97 @@ def check_session(session: Session, before: str, after: str) -> None:
     (text,) = final_texts(session).values()
     if text != after:
         raise CodespecError("applying the session's edits to before does not give after")
+
+
+# ----------------------------------------------------------------------------------------------
+# A change across files, typed as editors type, with navigation between its hunks
+
+
+@dataclass(frozen=True)
+class FileChange:
+    """One file of a change: `after` is `before` with the change's hunks applied."""
+
+    path: str  # relative path: the URI's tail and, by its suffix, the language
+    before: str
+    after: str
+
+
+def apply_hunks(before: str, hunks: list[Hunk]) -> str:
+    """`before` with some of its line hunks (from `line_hunks`) applied."""
+    out, last = [], 0
+    for hunk in sorted(hunks, key=lambda h: h.start):
+        out += [before[last : hunk.start], hunk.new_text]
+        last = hunk.end
+    return "".join(out) + before[last:]
+
+
+def synth_change(
+    files: list[FileChange],
+    order: list[tuple[int, int]],
+    *,
+    uri_root: str,
+    source: str,
+    seed: int = 0,
+    timing: TimingModel | None = None,
+) -> Session:
+    """One session typing a change across `files` as an editor types it (Enter at the end of the
+    previous line, then the new line with auto-indent; see `_Writer.type_hunk`). `order` lists every
+    hunk once as (file index, index into `line_hunks(file.before, file.after)`), in the order the user
+    visits them: a later hunk before an earlier one is a jump back up, a hunk in another file a file
+    switch (the file's didOpen comes at its first visit; every file is closed at the end). The header
+    notes `files`, `hunks`, `jumps` (moves within a file) and `file_switches`. Checked with
+    `check_change` before it returns."""
+    timing = timing or TimingModel()
+    hunks = [line_hunks(f.before, f.after) for f in files]
+    if sorted(order) != [(i, k) for i, file_hunks in enumerate(hunks) for k in range(len(file_hunks))]:
+        raise CodespecError("the order must name every hunk of every file exactly once")
+    rng = random.Random(f"{seed}:{source}")
+    writer: _Writer | None = None
+    applied: list[list[Hunk]] = [[] for _ in files]
+    jumps = switches = 0
+    previous: int | None = None
+    for file_index, hunk_index in order:
+        file, hunk = files[file_index], hunks[file_index][hunk_index]
+        uri = f"{uri_root}/{file.path}"
+        language = language_for(file.path) or "plaintext"
+        if writer is None:
+            writer = _Writer(uri, language, file.before, timing, rng)
+        elif uri not in writer.docs:
+            writer.t += timing.navigate(rng)  # finding the file and opening it
+            writer.open(uri, language, file.before)
+        else:
+            writer.uri = uri
+        if previous is not None:
+            jumps += previous == file_index
+            switches += previous != file_index
+        previous = file_index
+        delta = sum(len(h.new_text) - (h.end - h.start) for h in applied[file_index] if h.start < hunk.start)
+        writer.type_hunk(hunk.start + delta, hunk, enter_at_end=True)
+        applied[file_index].append(hunk)
+    if writer is None:
+        raise CodespecError("a change needs at least one hunk")
+    writer.close()
+    language = language_for(files[order[0][0]].path) or "plaintext"
+    header = make_header(source, language, seed=seed, files=len(files), hunks=len(order), jumps=jumps,
+                         file_switches=switches)  # fmt: skip
+    session = Session(header, writer.events)
+    check_change(session, files, uri_root)
+    return session
+
+
+def check_change(session: Session, files: list[FileChange], uri_root: str) -> None:
+    """Prove a multi-file session valid, opening each file's `before` once and ending at its `after`."""
+    problems = validate_session(session, strict=True)
+    if problems:
+        raise CodespecError(f"synthesized session is invalid: {problems[0]} ({len(problems)} problems)")
+    opened = {e.uri: e.params["textDocument"]["text"] for e in session.events if e.method == DID_OPEN}
+    texts = final_texts(session)
+    for file in files:
+        uri = f"{uri_root}/{file.path}"
+        if opened.get(uri) != file.before:
+            raise CodespecError(f"the session does not open exactly the before text of {file.path}")
+        if texts.get(uri) != file.after:
+            raise CodespecError(f"applying the session's edits to {file.path} does not give its after text")
 
 
 def language_for(path: str | Path) -> str | None:
