@@ -30,7 +30,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lsp.options import ServerOptions
-from lsp.stats import GenerationRecord, RequestRecord, ServerStats
+from lsp.stats import (
+    CUT,
+    DECLINED,
+    DIVERGED,
+    EMPTIED,
+    MODEL_EMPTY,
+    GenerationRecord,
+    RequestRecord,
+    ServerStats,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -226,6 +235,7 @@ class CompletionManager:
         self._cancel_generations(anchor.uri)
         ctx = self.build_context(doc, position, other_docs)
         if ctx.mode == "none":  # e.g. inside an identifier: post-processing would drop any text
+            record.cause, record.context_reason = DECLINED, getattr(ctx, "reason", "")
             return None
         generation = self._start_generation("request", anchor, ctx, position, options)
         return await self._attach(generation, record, typed="", source="model")
@@ -372,6 +382,7 @@ class CompletionManager:
             loop.call_soon_threadsafe(self._on_finished, generation, None, "cancelled", None)
             return
         result = None
+        generation.record.phase = "prefill"
         try:
             if not options.cache and callable(getattr(engine, "reset_cache", None)):
                 engine.reset_cache()  # cold baseline: no KV prefix reuse either
@@ -402,6 +413,7 @@ class CompletionManager:
 
     def _on_text(self, generation: Generation, text: str) -> None:
         generation.text += text
+        generation.record.phase = "decode"
         try:
             self._stream(generation)
             self._service(generation)
@@ -481,20 +493,25 @@ class CompletionManager:
                 waiter.future.set_exception(generation.error)
                 continue
             if generation.done and generation.record.finish_reason in ENDED_SHORT:
+                waiter.record.cause = CUT
                 waiter.future.set_result(None)
                 continue
             suggestion = generation.suggestion(postprocess=self.postprocess, early=options.early_answer)
             if suggestion is None:
                 if not generation.text.startswith(waiter.typed[: len(generation.text)]):
+                    waiter.record.cause = DIVERGED
                     waiter.future.set_result(None)  # the model went elsewhere than what was typed
                 continue
             if not suggestion.startswith(waiter.typed):
                 if generation.done or not generation.text.startswith(waiter.typed):
+                    waiter.record.cause = DIVERGED
                     waiter.future.set_result(None)
                 continue
             rest = suggestion[len(waiter.typed) :]
             if not rest and not generation.done:
                 continue  # only the typed part is complete so far: wait for more
+            if not rest:
+                waiter.record.cause = EMPTIED if generation.text[len(waiter.typed) :].strip() else MODEL_EMPTY
             if waiter.source == "model":
                 generation.served.append(waiter.record)  # prefill numbers are filled in at the end
             else:

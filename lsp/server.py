@@ -159,7 +159,7 @@ class CodespecServer(LanguageServer):
     ) -> tuple[Answer, types.Position, types.Range | None] | None | str:
         """Run one completion request. Returns (answer, cursor, selected range), None (nothing to
         suggest) or "superseded"; raises CancelledError on $/cancelRequest, JsonRpcException on errors."""
-        record = RequestRecord(id=self.protocol.msg_id, method=method, uri=uri)
+        record = RequestRecord(id=self.protocol.msg_id, method=method, uri=uri, line=position.line)
         self.stats.begin_request(record)
         self._latest_request[uri, method] = record
         started = time.perf_counter()
@@ -324,6 +324,7 @@ def create_server(options: ServerOptions) -> CodespecServer:
 
         item = params.text_document
         ls.manager.document_closed(item.uri)  # a re-open replaces the document
+        ls.stats.document_opened(item.uri)
         ls.documents[item.uri] = Document(item.uri, item.language_id, item.text, item.version, ls.encoding)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)

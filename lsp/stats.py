@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from collections import Counter, deque
+import json
+import logging
+import os
+from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TextIO
 
 from codespec.stats import percentile
 
@@ -17,6 +20,31 @@ ERROR = "error"  # the model path raised -> error response
 OUTCOMES = (ANSWERED, EMPTY, SUPERSEDED, CANCELLED, ERROR)
 
 RECENT_REQUESTS = 64
+
+# Where the user was when a request came (set by ServerStats.begin_request):
+TYPING = "typing"  # the same document, the previous request's line or the next / previous one
+JUMP = "jump"  # the same document, another line (more than one away from the previous request's)
+SWITCH = "switch"  # another document than the previous request's
+OPEN = "open"  # the document's first request since its didOpen
+CATEGORIES = (TYPING, JUMP, SWITCH, OPEN)
+
+# Why a request got no suggestion (RequestRecord.cause; "" for a request answered with one):
+DECLINED = "declined"  # the context decided "no suggestion here" (context_reason says which rule)
+PENDING_QUEUED = "pending-queued"  # superseded / cancelled before the model worker took up its generation
+PENDING_PREFILL = "pending-prefill"  # ... while its generation was prefilling the prompt
+PENDING_DECODE = "pending-decode"  # ... while it was decoding, the suggestion not ready yet
+PENDING_CONTEXT = "pending-context"  # ... before a generation was attached (models loading, context)
+EMPTIED = "emptied"  # the model wrote text, post-processing left nothing past what was typed
+MODEL_EMPTY = "model-empty"  # the model wrote nothing (or only whitespace)
+DIVERGED = "diverged"  # the generation it was served from went elsewhere than what was typed since
+CUT = "generation-cut"  # the generation ended short (cancelled, engine unavailable)
+NO_DOCUMENT = "no-document"  # unknown document and other early nulls
+FAILED = "error"
+REQUEST_LOG_ENV = "CODESPEC_REQUEST_LOG"  # a file: each request's record appended as one JSON line
+GENERATIONS_REMEMBERED = 512  # finished generations kept by id, for their requests' prefill numbers
+PREFILL_WINDOW = 4096  # prefill percentiles per category are over the most recent requests
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -31,6 +59,11 @@ class RequestRecord:
     prefill_tokens: int | None = None
     reused_tokens: int | None = None
     text_len: int = 0
+    line: int | None = None  # the request's cursor line
+    category: str = ""  # TYPING | JUMP | SWITCH | OPEN (begin_request)
+    phase: str = ""  # its generation's phase when it was answered or dropped: queued | prefill | decode | done
+    cause: str = ""  # why no suggestion (DECLINED, PENDING_*, EMPTIED, ...); "" when it had one
+    context_reason: str = ""  # the context's rule for a DECLINED request
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -45,6 +78,11 @@ class RequestRecord:
             "prefillTokens": self.prefill_tokens,
             "reusedTokens": self.reused_tokens,
             "textLength": self.text_len,
+            "line": self.line,
+            "category": self.category,
+            "phase": self.phase,
+            "cause": self.cause,
+            "contextReason": self.context_reason,
         }
 
 
@@ -63,6 +101,7 @@ class GenerationRecord:
     drafted: int = 0
     accepted: int = 0
     error: str | None = None
+    phase: str = "queued"  # queued -> prefill (the worker took it up) -> decode (first text) -> done
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -78,6 +117,7 @@ class GenerationRecord:
             "drafted": self.drafted,
             "accepted": self.accepted,
             "error": self.error,
+            "phase": self.phase,
         }
 
 
@@ -129,10 +169,45 @@ class ServerStats:
     totals: GenerationTotals = field(default_factory=GenerationTotals)
     recent_generations: deque = field(default_factory=lambda: deque(maxlen=RECENT_REQUESTS))
     recent: deque = field(default_factory=lambda: deque(maxlen=RECENT_REQUESTS))
+    causes: Counter = field(default_factory=Counter)
+    categories: Counter = field(default_factory=Counter)
+    prefill_by_category: dict[str, deque] = field(
+        default_factory=lambda: {c: deque(maxlen=PREFILL_WINDOW) for c in CATEGORIES}
+    )
+    request_log: TextIO | None = None  # each finished request's record as a JSON line (REQUEST_LOG_ENV)
+    _opened: set[str] = field(default_factory=set)  # documents opened and not asked about yet
+    _previous: tuple[str, int | None] | None = None  # (uri, line) of the previous request
+    _live: dict[int, GenerationRecord] = field(default_factory=dict)
+    _finished: OrderedDict = field(default_factory=OrderedDict)  # generation id -> its record
+    _held: dict[int, list[RequestRecord]] = field(default_factory=dict)  # waiting for their generation
+
+    def __post_init__(self) -> None:
+        path = os.environ.get(REQUEST_LOG_ENV)
+        if path and self.request_log is None:
+            try:
+                self.request_log = open(path, "a", encoding="utf-8")  # noqa: SIM115 - open for the server's life
+            except OSError as exc:
+                logger.warning("cannot open the request log %s: %s", path, exc)
+
+    def document_opened(self, uri: str) -> None:
+        """didOpen: the document's next request is categorized OPEN."""
+        self._opened.add(uri)
 
     def begin_request(self, record: RequestRecord) -> None:
         self.requests += 1
         self.recent.append(record)
+        if record.uri in self._opened:
+            self._opened.discard(record.uri)
+            record.category = OPEN
+        elif self._previous is not None and self._previous[0] != record.uri:
+            record.category = SWITCH
+        elif self._previous is not None and record.line is not None and self._previous[1] is not None \
+                and abs(record.line - self._previous[1]) > 1:  # fmt: skip
+            record.category = JUMP
+        else:
+            record.category = TYPING
+        self._previous = (record.uri, record.line)
+        self.categories[record.category] += 1
 
     def finish_request(self, record: RequestRecord, outcome: str, latency_ms: float) -> None:
         if record.outcome:  # already counted: every request is finished exactly once
@@ -147,6 +222,42 @@ class ServerStats:
             self.latency_count += 1
         if outcome == ANSWERED:
             self.shown += 1
+        generation = self._generation(record.generation)
+        if generation is not None and not record.phase:
+            record.phase = generation.phase
+        if outcome == ANSWERED:
+            record.cause = ""
+        elif not record.cause:
+            record.cause = {
+                SUPERSEDED: _pending_cause(record), CANCELLED: _pending_cause(record), ERROR: FAILED,
+            }.get(outcome, NO_DOCUMENT)  # fmt: skip
+        if record.cause:
+            self.causes[record.cause] += 1
+        if record.source == "model" and record.generation is not None and record.generation in self._live:
+            self._held.setdefault(record.generation, []).append(record)  # prefill numbers come at its end
+            return
+        if record.source == "model" and generation is not None:
+            record.prefill_tokens, record.reused_tokens = generation.prefill_tokens, generation.reused_tokens
+        elif record.source:  # served from a generation already running or done: nothing to prefill
+            record.prefill_tokens = record.reused_tokens = 0
+        self._settle(record)
+
+    def _generation(self, gen_id: int | None) -> GenerationRecord | None:
+        if gen_id is None:
+            return None
+        return self._live.get(gen_id) or self._finished.get(gen_id)
+
+    def _settle(self, record: RequestRecord) -> None:
+        """The request's numbers are final: count its prefill, append it to the request log."""
+        if record.prefill_tokens is not None and record.category:
+            self.prefill_by_category[record.category].append(record.prefill_tokens)
+        if self.request_log is not None:
+            try:
+                self.request_log.write(json.dumps(record.to_dict(), separators=(",", ":")) + "\n")
+                self.request_log.flush()
+            except (OSError, ValueError) as exc:
+                logger.warning("request log: %s; no longer written", exc)
+                self.request_log = None
 
     def add_generation(self, record: GenerationRecord) -> None:
         """A generation started (or, with its finish_reason set, one that already ended)."""
@@ -154,10 +265,29 @@ class ServerStats:
         self.recent_generations.append(record)
         if record.finish_reason:
             self.totals.add(record)
+            self._remember(record)
+        else:
+            self._live[record.id] = record
 
     def finish_generation(self, record: GenerationRecord) -> None:
         """Its fields are final now: add them to the totals (once)."""
         self.totals.add(record)
+        record.phase = "done"
+        self._live.pop(record.id, None)
+        self._remember(record)
+        for request in self._held.pop(record.id, []):
+            request.prefill_tokens, request.reused_tokens = record.prefill_tokens, record.reused_tokens
+            self._settle(request)
+
+    def _remember(self, record: GenerationRecord) -> None:
+        self._finished[record.id] = record
+        while len(self._finished) > GENERATIONS_REMEMBERED:
+            self._finished.popitem(last=False)
+
+    def close(self) -> None:
+        if self.request_log is not None:
+            self.request_log.close()
+            self.request_log = None
 
     def to_dict(self, recent: int = RECENT_REQUESTS) -> dict[str, Any]:
         """All counters; `recent` limits the per-request and per-generation lists (0: none)."""
@@ -207,4 +337,18 @@ class ServerStats:
                 "recent": [g.to_dict() for g in generations],
             },
             "recentRequests": [r.to_dict() for r in requests],
+            # why requests got no suggestion (RequestRecord.cause) and where the user was when they came
+            "causes": dict(self.causes),
+            "categories": dict(self.categories),
+            "prefillByCategory": {
+                name: {"count": len(values), "p50": percentile(list(values), 50),
+                       "p90": percentile(list(values), 90), "max": max(values, default=None)}
+                for name, values in self.prefill_by_category.items()
+            },  # fmt: skip
         }
+
+
+def _pending_cause(record: RequestRecord) -> str:
+    """The cause of a request dropped before its answer: where its generation was."""
+    return {"queued": PENDING_QUEUED, "prefill": PENDING_PREFILL, "decode": PENDING_DECODE,
+            "done": PENDING_DECODE}.get(record.phase, PENDING_CONTEXT)  # fmt: skip
