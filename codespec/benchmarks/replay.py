@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from codespec.benchmarks.report import update_markdown_section
 from codespec.errors import CodespecError
 from codespec.modes import SPECULATIVE_MODES
 from codespec.sessions.format import Session
@@ -46,6 +47,7 @@ PAUSE_FIGURES = (
     ("accepted_at_pause_rate", "typed next at pause"),
     ("suggestions_per_100_keystrokes", "suggestions / 100 keystrokes"),
     ("chars_saved_per_keystroke", "chars saved / keystroke"),
+    ("chars_saved_share", "typed chars on screen"),
 )
 
 
@@ -277,8 +279,8 @@ def markdown(report: dict[str, Any], meta: dict[str, Any]) -> str:
         "ghost text stayed), and how often it was what the user typed next.",
         "",
         "| variant | pauses | ghost text at pause | time to ghost text p50 / p90 ms | typed next at pause "
-        "| suggestions / 100 keystrokes | chars saved / keystroke |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| suggestions / 100 keystrokes | chars saved / keystroke | typed chars on screen (Tab presses) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, s in report["variants"].items():
         p = s["pauses"]
@@ -286,8 +288,38 @@ def markdown(report: dict[str, Any], meta: dict[str, Any]) -> str:
         lines.append(
             f"| {name} | {p['count']} | {pct(p['coverage'])} | {ms(wait['p50'])} / {ms(wait['p90'])} "
             f"| {pct(p['accepted_at_pause_rate'])} | {num(p['suggestions_per_100_keystrokes'], 1)} "
-            f"| {num(p['chars_saved_per_keystroke'], 3)} |"
+            f"| {num(p['chars_saved_per_keystroke'], 3)} | {pct(p.get('chars_saved_share'))} "
+            f"({p.get('tab_presses', '-')}) |"
         )
+    causes = sorted({c for s in report["variants"].values() for c in s["pauses"].get("causes", {})})
+    lines += [
+        "",
+        "Pauses without ghost text, by cause (declined: the context's rule; pending-*: the request was still "
+        "queued / prefilling / decoding when the user typed on; too-late: a suggestion came after that; "
+        "emptied: post-processing left nothing). Covered / pauses by where the user was.",
+        "",
+        "| variant | " + " | ".join(causes) + " | typing | jump | switch | open |",
+        "|---|" + "---:|" * (len(causes) + 4),
+    ]
+    for name, s in report["variants"].items():
+        p = s["pauses"]
+        cats = p.get("by_category", {})
+        cells = [str(p.get("causes", {}).get(c, 0)) for c in causes]
+        cells += [f"{cats.get(c, {}).get('covered', 0)} / {cats.get(c, {}).get('pauses', 0)}"
+                  for c in ("typing", "jump", "switch", "open")]  # fmt: skip
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Prompt tokens prefilled per request (the server's request log), p50 / p90 / max (requests):",
+        "",
+        "| variant | typing | jump | switch | open |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name, s in report["variants"].items():
+        pre = s.get("prefill_tokens", {})
+        cells = [f"{ms(pre[c]['p50'])} / {ms(pre[c]['p90'])} / {ms(pre[c]['max'])} ({pre[c]['count']})"
+                 if pre.get(c) else "-" for c in ("typing", "jump", "switch", "open")]  # fmt: skip
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += [
         "",
         "Every request: latency is send-to-response of answered requests (items or null); cancelled "
@@ -439,7 +471,7 @@ def run_bench(args: argparse.Namespace) -> int:
         plots[1]: lambda path: plot_result(speculative, str(path), title, pause_ms=args.pause_ms),
     }
     if args.markdown:
-        outputs[args.markdown] = text_writer(replace_section(args.markdown, text))
+        outputs[args.markdown] = lambda path: update_markdown_section(path, "bench-replay", text)
     write_all(outputs)  # all files only now, after every replay succeeded
     for name, summary in report["variants"].items():
         print(f"== {name}\n{format_table(summary)}\n")

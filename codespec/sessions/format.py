@@ -374,6 +374,42 @@ def validate_session(session: Session, *, strict: bool = False) -> list[str]:
     return problems
 
 
+TYPING, JUMP, SWITCH, OPEN = "typing", "jump", "switch", "open"  # where the user was at a request
+CATEGORIES = (TYPING, JUMP, SWITCH, OPEN)
+
+
+def request_categories(session: Session) -> list[str]:
+    """For each inline request of the session, in order, where the user was when it came: OPEN (the
+    document's first request since its didOpen), SWITCH (another document than the previous request's),
+    JUMP (the same document, but the cursor did not get there by typing: no edit since the previous request
+    started or ended at its cursor, and the cursor moved) or TYPING."""
+    categories: list[str] = []
+    opened: set[str] = set()
+    previous: tuple[str, dict[str, int]] | None = None
+    edits: list[dict[str, Any]] = []  # ranges of the changes since the previous request
+    for event in session.events:
+        uri = event.uri
+        if event.method == DID_OPEN and uri is not None:
+            opened.add(uri)
+        elif event.method == DID_CHANGE:
+            for change in (event.params or {}).get("contentChanges") or []:
+                edits.append(change.get("range") or {})
+        elif event.method == INLINE_COMPLETION and uri is not None:
+            position = event.params["position"]
+            if uri in opened:
+                opened.discard(uri)
+                categories.append(OPEN)
+            elif previous is None or previous[0] != uri:
+                categories.append(SWITCH)
+            else:
+                cursor = previous[1]
+                typed = bool(edits) and (edits[0].get("start") == cursor or edits[0].get("end") == cursor)
+                moved = position != cursor
+                categories.append(TYPING if typed or not moved else JUMP)
+            previous, edits = (uri, {"line": position["line"], "character": position["character"]}), []
+    return categories
+
+
 def final_texts(session: Session) -> dict[str, str]:
     """Each document's text at the end of the session (closed or not), by URI."""
     docs = DocumentSet()

@@ -530,6 +530,9 @@ class _Play:
                     self._on_open(event.uri)
                 elif event.method == DID_CHANGE:
                     self._on_keystroke(event.uri or "", next(gaps))
+                    typed = sum(len(c.get("text", "")) for c in event.params.get("contentChanges") or [])
+                    chars = self.owner.result.typed_chars
+                    chars[self.owner.label] = chars.get(self.owner.label, 0) + typed
                 elif event.method == INLINE_COMPLETION:
                     self._on_cursor(event)
             await self._drain()

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from codespec.sessions.format import TextBuffer
+from codespec.sessions.format import CATEGORIES, TextBuffer
 from codespec.sessions.replay import OUTCOMES, ReplayedRequest, ReplayResult, judge
 from codespec.stats import percentile
 
@@ -29,32 +30,64 @@ class Pause:
     # keystroke sent -> that ghost text on screen (0: ghost text stayed on screen through the keystroke)
     time_to_ghost_ms: float | None
     accepted: bool | None  # the ghost text was what the user typed next (None: not judged, no expect)
+    cause: str = ""  # why no ghost text (pause_cause); "" when covered
 
     @property
     def covered(self) -> bool:
         return self.ghost is not None
 
 
-def typed_along(ghost: str, before: ReplayedRequest, after: ReplayedRequest) -> str | None:
-    """What is left of `ghost` (shown at `before`'s cursor) once the user typed its start, which takes the
-    document to `after`'s cursor line and position: editors keep such ghost text on screen. None when the
-    typing went elsewhere or did not match the ghost text."""
-    if after.uri != before.uri or after.line != before.line:
+def typed_between(before: ReplayedRequest, after: ReplayedRequest) -> str | None:
+    """The text inserted at `before`'s cursor that took the document to `after`'s cursor: on the same
+    line, or a line break (Enter with auto-indent) that moved the rest of the line down. None when the
+    change was anything else (a jump, a deletion)."""
+    if after.uri != before.uri:
         return None
     try:
         cursor = TextBuffer(before.line_text).offset_at(0, before.character)
         new_cursor = TextBuffer(after.line_text).offset_at(0, after.character)
     except ValueError:
         return None
-    typed = after.line_text[cursor:new_cursor]
-    inserted = before.line_text[:cursor] + typed + before.line_text[cursor:]
-    if not typed or after.line_text != inserted or not ghost.startswith(typed):
+    if after.line == before.line:
+        typed = after.line_text[cursor:new_cursor]
+        inserted = before.line_text[:cursor] + typed + before.line_text[cursor:]
+        return typed if typed and after.line_text == inserted else None
+    indent = after.line_text[:new_cursor]
+    if after.line == before.line + 1 and not indent.strip() and after.line_text[new_cursor:] == before.line_text[cursor:]:
+        return "\n" + indent
+    return None
+
+
+def typed_along(ghost: str, before: ReplayedRequest, after: ReplayedRequest) -> str | None:
+    """What is left of `ghost` (shown at `before`'s cursor) once the user typed its start, which takes the
+    document to `after`'s cursor line and position: editors keep such ghost text on screen. None when the
+    typing went elsewhere or did not match the ghost text."""
+    typed = typed_between(before, after)
+    if not typed or not ghost.startswith(typed):
         return None
     return ghost[len(typed) :] or None
 
 
+@dataclass
+class Screen:
+    """What one play put on screen: its pauses, how many answers showed ghost text, and the characters
+    the user typed while they were on screen as ghost text (each typed character counted once) with the
+    Tab presses that accepting them would have taken (one per line of a shown suggestion typed along)."""
+
+    pauses: list[Pause]
+    shown: int
+    chars_saved: int
+    tab_presses: int
+
+
 def screen_pauses(records: Sequence[ReplayedRequest], pause_ms: float = PAUSE_MS) -> tuple[list[Pause], int]:
-    """(the pauses, how many answers put ghost text on screen) of one play's records (send order).
+    """(the pauses, how many answers put ghost text on screen) of one play's records (send order)."""
+    played = screen(records, pause_ms)
+    return played.pauses, played.shown
+
+
+def screen(records: Sequence[ReplayedRequest], pause_ms: float = PAUSE_MS) -> Screen:
+    """The screen of one play's records (send order).
 
     The screen is played forward on the replay clock. An answer that arrives before a newer keystroke
     (and after no newer answer) replaces the ghost text: its suggestion, or nothing for a null. A
@@ -86,16 +119,25 @@ def screen_pauses(records: Sequence[ReplayedRequest], pause_ms: float = PAUSE_MS
     since: float | None = None  # since when ghost text has been on screen without a gap
     newest_key = newest_answer = -1
     pauses: list[Pause] = []
-    shown = 0
+    shown = saved = 0
+    origin, consumed = -1, 0  # the answer whose suggestion is on screen, and how much of it was typed along
+    tab_lines: set[tuple[int, int]] = set()  # (origin, line of its suggestion) typed along
     for instant, kind, index in events:
         record = records[index]
         if kind == pause_end:
             wait = None if since is None else max(0.0, (since - keystroke_s[index]) * 1000.0)
             verdict = None if ghost is None or record.expect is None else judge(ghost, record.expect)[0]
-            pauses.append(Pause(record, ghost, wait, verdict))
+            cause = "" if ghost is not None else pause_cause(record, instant)
+            pauses.append(Pause(record, ghost, wait, verdict, cause))
         elif kind == key:
             newest_key = index
-            left = typed_along(ghost, anchor, record) if ghost is not None and anchor is not None else None
+            typed = typed_between(anchor, record) if ghost is not None and anchor is not None else None
+            if ghost is not None and typed and ghost.startswith(typed):  # shown in time, typed along
+                saved += len(typed)
+                first_line = records[origin].shown[:consumed].count("\n") if records[origin].shown else 0
+                tab_lines.update((origin, first_line + k) for k in range(typed.count("\n") + 1))
+                consumed += len(typed)
+            left = ghost[len(typed) :] if ghost is not None and typed and ghost.startswith(typed) else None
             ghost, anchor = (left, record) if left else (None, None)
             since = since if left else None
         else:
@@ -109,24 +151,49 @@ def screen_pauses(records: Sequence[ReplayedRequest], pause_ms: float = PAUSE_MS
             if text:
                 shown += 1
                 since = instant if ghost is None else since
+                if text != ghost:  # a new suggestion (the same text again is the one on screen, from a cache)
+                    origin, consumed = index, 0
                 ghost, anchor = text, record
             else:
                 ghost = anchor = since = None
-    return pauses, shown
+    return Screen(pauses, shown, saved, len(tab_lines))
 
 
-def pause_summary(records: Sequence[ReplayedRequest], keystrokes: int, chars_saved: int,
+def pause_cause(record: ReplayedRequest, end: float) -> str:
+    """Why a pause ended without ghost text, from its request: `too-late` (a suggestion came after the user
+    typed on), `not-shown` (an answer whose item did not extend the line), the server's cause where it
+    keeps one (its request log: declined, pending-prefill, pending-decode, emptied, ...), else `null`
+    (answered with nothing) or `pending` (no answer before the user typed on)."""
+    answered_at = record.sent_s + record.latency_ms / 1000.0 if record.latency_ms is not None else None
+    if record.late or (record.outcome == "items" and record.shown and answered_at is not None
+                       and answered_at >= end):  # fmt: skip
+        return "too-late"
+    if record.outcome == "items" and not record.shown:
+        return "not-shown"
+    server = record.server.get("cause") if isinstance(record.server, dict) else None
+    if server:
+        return str(server)
+    if record.outcome == "error":
+        return "error"
+    if record.outcome == "items":
+        return "dropped"  # answered in time, but a newer answer or keystroke took its place
+    return "null" if record.outcome == "null" else "pending"
+
+
+def pause_summary(records: Sequence[ReplayedRequest], keystrokes: int, typed_chars: int | None = None,
                   pause_ms: float = PAUSE_MS) -> dict[str, Any]:  # fmt: skip
-    """The headline figures: what the user sees when they stop typing."""
+    """The headline figures: what the user sees when they stop typing, and what the ghost text saved."""
     pauses: list[Pause] = []
-    shown = 0
+    shown = saved = tabs = 0
     by_play: dict[int, list[ReplayedRequest]] = {}
     for record in records:
         by_play.setdefault(record.play, []).append(record)
     for play_records in by_play.values():
-        found, count = screen_pauses(play_records, pause_ms)
-        pauses += found
-        shown += count
+        played = screen(play_records, pause_ms)
+        pauses += played.pauses
+        shown += played.shown
+        saved += played.chars_saved
+        tabs += played.tab_presses
     covered = [p for p in pauses if p.covered]
     waits = [p.time_to_ghost_ms for p in covered if p.time_to_ghost_ms is not None]
     judged = [p for p in pauses if p.record.expect is not None]
@@ -141,8 +208,34 @@ def pause_summary(records: Sequence[ReplayedRequest], keystrokes: int, chars_sav
         # over the pauses with an expect, covered or not: how often the user found the right text waiting
         "accepted_at_pause_rate": accepted / len(judged) if judged else None,
         "suggestions_per_100_keystrokes": 100.0 * shown / keystrokes if keystrokes else None,
-        "chars_saved_per_keystroke": chars_saved / keystrokes if keystrokes else None,
+        # typed characters that were on screen as ghost text before they were typed, each once
+        "chars_saved": saved,
+        "chars_saved_per_keystroke": saved / keystrokes if keystrokes else None,
+        "typed_chars": typed_chars,
+        "chars_saved_share": saved / typed_chars if typed_chars else None,
+        "tab_presses": tabs,
+        "causes": dict(Counter(p.cause for p in pauses if not p.covered).most_common()),
+        "declined_reasons": dict(Counter(
+            str((p.record.server or {}).get("contextReason") or "?") for p in pauses if p.cause == "declined"
+        ).most_common()),  # fmt: skip
+        "by_category": {
+            name: {"pauses": sum(p.record.category == name for p in pauses),
+                   "covered": sum(p.record.category == name and p.covered for p in pauses)}
+            for name in CATEGORIES
+        },  # fmt: skip
     }
+
+
+def prefill_by_category(records: Sequence[ReplayedRequest]) -> dict[str, dict[str, Any]]:
+    """Prompt tokens the server prefilled per request (its request log), p50 / p90 / max, by where the
+    user was (the session's category of the request)."""
+    out: dict[str, dict[str, Any]] = {}
+    for name in CATEGORIES:
+        values = [r.server["prefillTokens"] for r in records if r.category == name and isinstance(r.server, dict)
+                  and isinstance(r.server.get("prefillTokens"), int)]  # fmt: skip
+        out[name] = {"count": len(values), "p50": percentile(values, 50), "p90": percentile(values, 90),
+                     "max": max(values, default=None)}  # fmt: skip
+    return out
 
 
 def summarize(result: ReplayResult, label: str | None = None, pause_ms: float = PAUSE_MS) -> dict[str, Any]:
@@ -154,11 +247,12 @@ def summarize(result: ReplayResult, label: str | None = None, pause_ms: float = 
     with_items = [r.latency_ms for r in records if r.outcome == "items" and r.latency_ms is not None]
     shown = [r for r in records if r.shown and r.expect is not None]
     accepted = [r for r in shown if r.accepted]
-    saved = sum(r.chars_saved for r in records)
     keys = sum(n for name, n in result.keystrokes.items() if label is None or name == label)
+    typed = sum(n for name, n in result.typed_chars.items() if label is None or name == label)
+    pauses = pause_summary(records, keys, typed, pause_ms)
     checked = [d for d in result.documents if d.ok is not None and (label is None or d.label == label)]
     return {
-        "pauses": pause_summary(records, keys, saved, pause_ms),
+        "pauses": pauses,
         "server": shlex.join(result.server),
         "speed": "max" if result.speed is None else result.speed,
         "sessions": len(result.sessions),
@@ -189,8 +283,10 @@ def summarize(result: ReplayResult, label: str | None = None, pause_ms: float = 
         "accepted": len(accepted),
         "accepted_rate": len(accepted) / len(shown) if shown else None,
         "keystrokes": keys,
-        "chars_saved": saved,
-        "chars_saved_per_keystroke": saved / keys if keys else None,
+        "chars_saved": pauses["chars_saved"],
+        "chars_saved_per_keystroke": pauses["chars_saved_per_keystroke"],
+        "tab_presses": pauses["tab_presses"],
+        "prefill_tokens": prefill_by_category(records),
         "documents_checked": len(checked),
         "documents_mismatched": sum(d.ok is False for d in checked),
         "other_requests": result.other_requests,

@@ -21,10 +21,12 @@ request and the replayer that drives them exist only for each other.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shlex
 import sys
+import tempfile
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -41,12 +43,15 @@ from codespec.sessions.format import (
     Session,
     TextBuffer,
     is_notification,
+    request_categories,
 )
 from lsp.framing import READ_CHUNK, FrameParser, frame
 
 # LSP error codes that mean "cancelled" rather than "failed".
 CANCEL_CODES = {-32800, -32801, -32802}  # RequestCancelled, ContentModified, ServerCancelled
 METHOD_NOT_FOUND = -32601
+# codespec serve appends each request's record (lsp/stats.py RequestRecord: cause, phase, prefill) to this file
+REQUEST_LOG_ENV = "CODESPEC_REQUEST_LOG"
 OUTCOMES = ("items", "null", "cancelled", "error", "missing")
 
 
@@ -230,6 +235,11 @@ class ReplayedRequest:
     keystroke_s: float | None = None
     gap_ms: float | None = None
     next_keystroke_s: float | None = None
+    # where the user was (format.request_categories: typing | jump | switch | open), from the session
+    category: str = ""
+    # the server's own record of the request (codespec serve's request log: cause, phase, contextReason,
+    # prefillTokens, ...), None for servers that keep none
+    server: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -313,6 +323,7 @@ class ReplayResult:
     records: list[ReplayedRequest] = field(default_factory=list)
     documents: list[DocumentCheck] = field(default_factory=list)
     keystrokes: dict[str, int] = field(default_factory=dict)  # by play label
+    typed_chars: dict[str, int] = field(default_factory=dict)  # characters the keystrokes inserted, by label
     other_requests: dict[str, int] = field(default_factory=dict)
     other_errors: int = 0
     server_stats: Any = None
@@ -434,6 +445,7 @@ class Replayer:
         latest: dict[str, ReplayedRequest] = {}
         t0, start = (session.events[0].t if session.events else 0.0), time.perf_counter()
         gaps = iter(keystroke_gaps_ms(session, self.speed))
+        categories = iter(request_categories(session))
         for event in session.events:
             await self._sleep_until(event.t, t0, start)
             if event.method == DID_CLOSE and event.uri is not None:
@@ -443,11 +455,13 @@ class Replayer:
             except (ValueError, KeyError, TypeError, AttributeError) as exc:
                 raise CodespecError(f"{session.name}: invalid session at t={event.t}: {exc}") from None
             if event.method == INLINE_COMPLETION:
-                self._send_inline(session, event, docs, latest)
+                self._send_inline(session, event, docs, latest, next(categories, ""))
             elif is_notification(event.method):
                 sent = self._clock(self.conn.notify(event.method, event.params))
                 if event.method == DID_CHANGE:
                     self.result.keystrokes[self.label] = self.result.keystrokes.get(self.label, 0) + 1
+                    typed = sum(len(c.get("text", "")) for c in event.params.get("contentChanges") or [])
+                    self.result.typed_chars[self.label] = self.result.typed_chars.get(self.label, 0) + typed
                     for record in self.awaiting_next_keystroke:
                         record.next_keystroke_s = sent
                     self.awaiting_next_keystroke = []
@@ -465,7 +479,7 @@ class Replayer:
         self.result.server_stats = stats if stats is not None else self.result.server_stats
 
     def _send_inline(
-        self, session: Session, event, docs: DocumentSet, latest: dict[str, ReplayedRequest]
+        self, session: Session, event, docs: DocumentSet, latest: dict[str, ReplayedRequest], category: str = ""
     ) -> None:
         uri = event.uri or ""
         older = latest.get(uri)
@@ -479,7 +493,7 @@ class Replayer:
         start = buf.line_starts[pos["line"]]
         record = ReplayedRequest(session.name, self.label, uri, self.conn.new_id(), event.t, pos["line"], pos["character"],
                                expect=event.expect, line_text=buf.text[start : buf._line_end(pos["line"])])  # fmt: skip
-        record.play = self.play_index
+        record.play, record.category = self.play_index, category
         if uri in self.keystroke:  # the first request since a keystroke in this document: a pause candidate
             record.keystroke_s, record.gap_ms = self.keystroke.pop(uri)
             self.awaiting_next_keystroke.append(record)
@@ -518,6 +532,26 @@ class Replayer:
             return None
         self.doc_text_supported = self.doc_text_supported or method == "codespec/documentText"
         return response.get("result")
+
+
+def attach_server_records(records: Sequence[ReplayedRequest], path: str) -> int:
+    """Give each request the server's record of it (same JSON-RPC id) from a request log; returns how many."""
+    by_id: dict[Any, dict[str, Any]] = {}
+    try:
+        with open(path, encoding="utf-8") as log:
+            for line in log:
+                with contextlib.suppress(ValueError):
+                    entry = json.loads(line)
+                    if isinstance(entry, dict) and "id" in entry:
+                        by_id[entry["id"]] = entry
+    except OSError:
+        return 0
+    found = 0
+    for record in records:
+        entry = by_id.get(record.id)
+        if entry is not None:
+            record.server, found = entry, found + 1
+    return found
 
 
 def keystroke_gaps_ms(session: Session, speed: float | None) -> list[float]:
@@ -588,11 +622,19 @@ class ReplayServer:
         env: dict[str, str] | None = None,
         on_record: Callable[[ReplayedRequest], None] | None = None,
         warmup: bool = True,
+        server_records: bool = True,
     ) -> None:
         self.command = list(server or default_server_command())
         self.speed, self.probe_cancel, self.drain_timeout_s = speed, probe_cancel, drain_timeout_s
         self.init_timeout_s, self.init_options, self.env = init_timeout_s, init_options, env
         self.on_record, self.warmup = on_record, warmup
+        # The server's own record of each request (codespec serve's request log, REQUEST_LOG_ENV), read
+        # back at close() into ReplayedRequest.server; other servers ignore the variable.
+        self.request_log: str | None = None
+        if server_records:
+            handle, self.request_log = tempfile.mkstemp(prefix="codespec-requests-", suffix=".jsonl")
+            os.close(handle)
+            self.env = {**(env or {}), REQUEST_LOG_ENV: self.request_log}
         self.result = ReplayResult(server=self.command, speed=speed)
         self.conn: LspConnection | None = None
         self.replayer: Replayer | None = None
@@ -641,6 +683,11 @@ class ReplayServer:
             self.result.notifications = dict(self.conn.notifications)
             await self.conn.shutdown()
             self.conn = None
+        if self.request_log is not None:
+            attach_server_records(self.result.records, self.request_log)
+            with contextlib.suppress(OSError):
+                os.unlink(self.request_log)
+            self.request_log = None
         return self.result
 
 

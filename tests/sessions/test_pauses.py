@@ -99,11 +99,11 @@ def test_pause_summary_counts_plays_apart():
     )
     second = record(2, "x = ", key=1.0, answer=1.9, shown="bar", gap_ms=800, next_key=1.8, expect="foo() + 1")
     second.play = 1  # another play: the same clock instants, its own screen
-    summary = pause_summary([first, second], keystrokes=4, chars_saved=3)
+    summary = pause_summary([first, second], keystrokes=4, typed_chars=8)
     assert summary["count"] == 2 and summary["covered"] == 1 and summary["coverage"] == 0.5
     assert summary["accepted_at_pause"] == 1 and summary["accepted_at_pause_rate"] == 0.5
     assert summary["suggestions_per_100_keystrokes"] == 25.0  # the late answer was never on screen
-    assert summary["chars_saved_per_keystroke"] == 0.75
+    assert summary["chars_saved"] == 0 and summary["chars_saved_share"] == 0.0  # nothing typed along
     assert summary["pause_ms"] == PAUSE_MS
 
 
@@ -128,3 +128,34 @@ async def test_replay_finds_the_sessions_pauses(small_sessions):
     # at max speed every answer (the fake server always suggests) comes before the next keystroke
     assert pauses["covered"] == expected and pauses["coverage"] == 1.0
     assert pauses["suggestions_per_100_keystrokes"] > 0
+
+
+def test_chars_saved_count_each_typed_character_once_and_tabs_per_line():
+    """Typing along one suggestion "foo()\n    bar" shown at x = : every typed character of it counts once
+    (5 + Enter with its indent 5 + 1 = 11, where counting every request's whole suggestion gave far more),
+    and accepting it would have taken 2 Tab presses (one per line typed along)."""
+    texts = ["x = ", "x = f", "x = fo", "x = foo", "x = foo(", "x = foo()", "    ", "    b"]
+    records = []
+    for index, text in enumerate(texts):
+        key = 1.0 + 0.2 * index
+        last = index == len(texts) - 1
+        made = record(index + 1, text, key=key, answer=key + 0.05 if index == 0 else None,
+                      shown="foo()\n    bar" if index == 0 else None, gap_ms=800 if last else 200,
+                      next_key=None if last else key + 0.2)  # fmt: skip
+        made.line = 1 if text.startswith(" ") else 0
+        records.append(made)
+    summary = pause_summary(records, keystrokes=7, typed_chars=11)
+    assert summary["chars_saved"] == 11 and summary["chars_saved_share"] == 1.0
+    assert summary["tab_presses"] == 2
+    assert summary["count"] == 1 and summary["covered"] == 1  # "ar" still on screen at the pause
+
+
+def test_uncovered_pauses_are_broken_down_by_cause():
+    late = record(1, "x = ", key=1.0, answer=2.0, shown="foo()", gap_ms=800, next_key=1.8)
+    declined = record(2, "y = ", key=3.0, answer=3.01, gap_ms=800, next_key=3.8)
+    declined.server = {"cause": "declined", "contextReason": "text right of the cursor"}
+    pending = record(3, "z = ", key=4.0, gap_ms=800, next_key=4.8)
+    pending.outcome, pending.server = "cancelled", {"cause": "pending-prefill"}
+    summary = pause_summary([late, declined, pending], keystrokes=3)
+    assert summary["causes"] == {"too-late": 1, "declined": 1, "pending-prefill": 1}
+    assert summary["declined_reasons"] == {"text right of the cursor": 1}

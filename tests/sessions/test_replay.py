@@ -50,7 +50,8 @@ async def test_max_speed_answers_every_request_and_measures_acceptance(small_ses
     )
     assert summary["shown"] == sum(1 for e in requests if e.expect is not None)
     assert summary["accepted"] == expected > 0
-    assert summary["chars_saved"] == expected * len(suggestion)
+    # each typed character counts at most once, and only when it was on screen before it was typed
+    assert 0 < summary["chars_saved"] <= summary["pauses"]["typed_chars"]
     assert summary["keystrokes"] == sum(s.keystrokes() for s in small_sessions)
     warm_up = 1  # the replayer's first request on a scratch document, not in the report
     assert summary["server_stats"] == {
