@@ -189,6 +189,41 @@ class Engine:
     def prefill_chunk(self) -> int:
         return self.runtime.prefill_chunk
 
+    def cached_prefix(self, prompt_ids: Sequence[int]) -> int:
+        """How many of a prompt's tokens some cached prompt already holds (what `stream` would not prefill)."""
+        return self.runtime.cached_prefix([int(t) for t in prompt_ids[:-1]])
+
+    def prefill(self, prompt_ids: Sequence[int], *, cancel: CancelToken | None = None,
+                chunk: int | None = None) -> int:
+        """Compute a prompt's KV ahead of its request (idle-time work): prompt[:-1] into a cached prompt, in
+        chunks of `chunk` tokens with `cancel` looked at between two, so a request waits for one chunk at most.
+        Returns the tokens computed; the chunks done stay cached when cancelled."""
+        prompt = [int(t) for t in prompt_ids[:-1]]
+        if self.max_positions and len(prompt) >= self.max_positions:
+            raise CodespecError(f"prompt of {len(prompt)} tokens exceeds the model's context window")
+        step = chunk or self.prefill_chunk
+        done = 0
+        with torch.inference_mode():
+            try:
+                keep = self.runtime.sync(prompt)
+                for start in range(keep, len(prompt), step):
+                    if cancel is not None and cancel.cancelled:
+                        break
+                    self.runtime.forward(prompt[start : start + step], logits=1)
+                    done += min(step, len(prompt) - start)
+            except BaseException:
+                self.reset_cache()  # a forward that died may have left the cache half-written
+                raise
+        return done
+
+    def prefill_tokens_per_s(self) -> float | None:
+        """Prefill speed from the runtime's measured cost curve (tokens per second in prefill-sized chunks)."""
+        curve = self.runtime.cost_curve
+        if curve is None:
+            return None
+        k = max(k for k, _ in curve.points)
+        return k / curve.cost(k) if curve.cost(k) > 0 else None
+
     def reset_cache(self) -> None:
         self.runtime.reset()
         if self.model_drafter is not None:
@@ -355,14 +390,15 @@ class Engine:
             self.draft_length.observe(ids)
         return new_tokens
 
-    def calibrate(self, model_key: str) -> CostAwareLength:
-        """Verify drafts only where they pay on the target's cost curve: measured now, or read from the
-        machine's cache of curves (`cached_cost_curve`, keyed by `model_key` and the runtime's settings)."""
+    def calibrate(self, model_key: str, *, drafts: bool = True) -> CostAwareLength | None:
+        """Measure the target's cost curve, or read it from the machine's cache of curves (`cached_cost_curve`,
+        keyed by `model_key` and the runtime's settings): it sizes the prompt (prefill speed) and, with
+        `drafts`, makes the loop verify drafts only where they pay."""
         from codespec.models import COST_CURVES, cache_root
 
         self.reset_cache()
         curve = cached_cost_curve(self.runtime, model_key, cache_root() / COST_CURVES)
-        self.draft_length = CostAwareLength(curve.cost)
+        self.draft_length = CostAwareLength(curve.cost) if drafts else None
         return self.draft_length
 
     def _decode_text(self, tokens: list[int]) -> str:

@@ -66,7 +66,8 @@ def load_engine(
     """The one way options become an engine (`serve`, `generate`, `complete`, `demo`, the benchmarks).
     `degrade` (the server): a drafting mode without its draft falls back, and a llama.cpp runtime that
     fails to load falls back to torch, saying so on stderr and in `engine.codespec_models`. `calibrate`:
-    measure the target's cost curve (once per machine, cached) and verify drafts only where they pay."""
+    measure the target's cost curve (once per machine, cached): the prompt budget follows its prefill speed,
+    and drafts are verified only where they pay."""
     from codespec.models import load_model
     from codespec.runtimes import resolve_runtime
 
@@ -86,9 +87,9 @@ def load_engine(
     draft = load_model(draft_spec, device=device, dtype=dtype, progress=progress) if draft_spec else None
     engine = Engine(target, draft, drafting=drafting, step_delay_s=step_delay_s,
                     stop_token_ids=getattr(target, "stop_ids", None) or None)
-    if calibrate and drafting != "none":
+    if calibrate:
         try:
-            engine.calibrate(target_spec)
+            engine.calibrate(target_spec, drafts=drafting != "none")
         except Exception as exc:  # a runtime that cannot time itself still decodes: every draft is verified
             print(f"codespec: measuring the target's forward cost failed ({exc}); verifying every draft",
                   file=sys.stderr)

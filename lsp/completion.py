@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from lsp.blocks import BlockPlanner
 from lsp.options import ServerOptions
 from lsp.stats import (
     CUT,
@@ -172,6 +173,9 @@ class CompletionManager:
         self._activity: dict[str, int] = {}  # per document: bumped by every request and edit
         self._closed = False
         self.encoding = "utf-16"  # the negotiated position encoding, for virtual documents
+        self.blocks = BlockPlanner()
+        self._last_request: tuple[Any, tuple[int, int], tuple[Any, ...]] | None = None  # for idle-time work
+        self._quiet = 0  # bumped by every request and edit: idle-time work starts only after a quiet spell
 
     # ----- context-room functions, imported once the first completion needs them -----------------
 
@@ -188,6 +192,25 @@ class CompletionManager:
         return text
 
     def build_context(self, doc: Any, position: tuple[int, int], other_docs: tuple[Any, ...] = ()) -> Any:
+        """The request's context; in the anchored layout with the document's pinned block when its KV is
+        cached, else the cursor window alone (the block is computed in idle time)."""
+        from codespec.context.build import COLD
+
+        engine = self._get_engine()
+        config = self._context_config()
+        if config.layout != "anchored":
+            return self._build(doc, position, other_docs, None, config)
+        block = self.blocks.block_for(doc.uri, engine, doc, position[0])
+        ctx = self._build(doc, position, other_docs, block, config)
+        if ctx.block is not None and not self.blocks.usable(ctx, engine):
+            ctx = self._build(doc, position, other_docs, COLD, config)
+        if ctx.block is None and ctx.mode != "none":
+            self.blocks.counters.cold_prompts += 1
+        self.blocks.remember(doc.uri, ctx.block)
+        return ctx
+
+    def _build(self, doc: Any, position: tuple[int, int], other_docs: tuple[Any, ...], block: Any,
+               config: Any = None) -> Any:
         build_context, _ = self._context_api()
         return build_context(
             doc,
@@ -195,7 +218,8 @@ class CompletionManager:
             tokenizer=self._get_engine().tokenizer,
             other_docs=other_docs,
             recent_completions=tuple(self._recent.get(doc.uri, ())),
-            config=self._context_config(),
+            config=config or self._context_config(),
+            block=block,
         )
 
     def _context_config(self) -> Any:
@@ -209,7 +233,7 @@ class CompletionManager:
             changes["layout"] = options.prompt_layout
         if options.near_suffix_lines is not None:
             changes["near_suffix_lines"] = options.near_suffix_lines
-        return dataclasses.replace(ContextConfig(), **changes)
+        return self.blocks.configure(dataclasses.replace(ContextConfig(), **changes))
 
     # ----- requests --------------------------------------------------------------------------------
 
@@ -225,6 +249,7 @@ class CompletionManager:
         """The suggestion for `anchor` (the request's cursor); None when there is none."""
         options = self._options()
         self._bump(anchor.uri)
+        self._last_request = (doc, position, other_docs)
         # Inline and completion requests are separate streams (a client may send both per keystroke).
         self._supersede_waiters(anchor.uri, method=record.method)
 
@@ -323,6 +348,9 @@ class CompletionManager:
         self._recent.pop(uri, None)
         self._waiters.pop(uri, None)
         self._activity.pop(uri, None)  # a pending prefetch timer then sees a change and does nothing
+        self.blocks.forget(uri)
+        if self._last_request is not None and self._last_request[0].uri == uri:
+            self._last_request = None
 
     def _cancel_generations(self, uri: str) -> None:
         for generation in self._generations.get(uri, []):
@@ -466,6 +494,7 @@ class CompletionManager:
         self._stream(generation)
         self._service(generation)
         self._maybe_prefetch(generation)
+        self._schedule_idle()
 
     def _stream(self, generation: Generation) -> None:
         if not generation.stream or generation.token.cancelled or generation.error is not None:
@@ -530,6 +559,47 @@ class CompletionManager:
 
     def _bump(self, uri: str) -> None:
         self._activity[uri] = self._activity.get(uri, 0) + 1
+        self._quiet += 1
+        self.blocks.cancel_idle()  # a request or an edit pre-empts idle-time work at its next chunk
+
+    # ----- idle time -------------------------------------------------------------------------------
+
+    def _schedule_idle(self) -> None:
+        """After `idleDelay` without requests or edits, and with nothing running: idle-time work."""
+        options = self._options()
+        if self._closed or not options.cache or options.idle_delay_s is None:
+            return
+        quiet = self._quiet
+        asyncio.get_running_loop().call_later(options.idle_delay_s, self._idle_if_quiet, quiet)
+
+    def _idle_if_quiet(self, quiet: int) -> None:
+        if self._closed or quiet != self._quiet or self.blocks.running is not None or self._last_request is None:
+            return
+        if any(not g.done for gens in self._generations.values() for g in gens):
+            return  # a generation's end schedules this again
+        doc, position, other_docs = self._last_request
+        engine = self._get_engine()
+        try:
+            job = self.blocks.idle_job(
+                doc, position, engine, lambda d, p, block: self._build(d, p, other_docs, block))
+        except Exception:
+            logger.exception("idle-time work: building the prompt failed")
+            return
+        if job is None:
+            return
+        self.blocks.running = job
+        loop = asyncio.get_running_loop()
+        future = loop.run_in_executor(self.executor, self._run_idle, loop, engine, job)
+        future.add_done_callback(lambda f: f.cancelled() or f.exception())
+
+    def _run_idle(self, loop, engine, job) -> None:
+        complete = False if job.token.cancelled or self._closed else self.blocks.run(job, engine)
+        loop.call_soon_threadsafe(self._idle_finished, job, complete)
+
+    def _idle_finished(self, job, complete: bool) -> None:
+        self.blocks.finished(job, complete)
+        if complete:
+            self._schedule_idle()  # more may be due (the document changed during this one)
 
     def _maybe_prefetch(self, generation: Generation) -> None:
         """After a shown suggestion's generation ended: after `prefetchDelay` without activity on the

@@ -19,7 +19,7 @@ LOAD_POLICIES = ("eager", "lazy")
 RUNTIMES = ("auto", "torch", "llamacpp")  # codespec.runtimes.RUNTIMES (not imported: no torch here)
 DTYPES = ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16")
 LOG_LEVELS = ("debug", "info", "warning", "error")
-PROMPT_LAYOUTS = ("psm", "near-suffix")  # codespec.context.build.LAYOUTS (not imported: no torch here)
+PROMPT_LAYOUTS = ("psm", "near-suffix", "anchored")  # codespec.context.build.LAYOUTS (not imported: no torch here)
 DEPRECATED_KEYS = {"draft": "drafting"}  # old option name -> its name now (accepted for one release)
 
 
@@ -51,6 +51,9 @@ class ServerOptions:
     early_answer: bool = True  # answer after the first line, keep generating the block
     prefetch: bool = True  # after a shown suggestion, generate what follows its acceptance
     prefetch_delay_s: float = 0.1  # ... once the document has been idle this long
+    # Anchored layout: after this long without requests or edits, and with no generation running, the
+    # pinned context block is refreshed and its KV computed (lsp/blocks.py); None: never.
+    idle_delay_s: float | None = 0.15
     # Hidden, for tests: simulated per-step model delay and a fault trigger.
     step_delay_s: float = 0.0
     debug_fail_marker: str | None = None
@@ -80,6 +83,7 @@ class ServerOptions:
         "earlyAnswer": "early_answer",
         "prefetch": "prefetch",
         "prefetchDelay": "prefetch_delay_s",
+        "idleDelay": "idle_delay_s",
         "stepDelay": "step_delay_s",
         "debugFailMarker": "debug_fail_marker",
     }
@@ -138,7 +142,9 @@ def coerce(name: str, value: Any) -> Any:
         return value
     if name == "prompt_layout" and value is None:
         return None
-    if name in ("step_delay_s", "prefetch_delay_s"):
+    if name == "idle_delay_s" and value is None:
+        return None
+    if name in ("step_delay_s", "prefetch_delay_s", "idle_delay_s"):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
             raise ValueError("expected seconds >= 0")
         return float(value)

@@ -103,6 +103,7 @@ class CodespecServer(LanguageServer):
             raise ModelError(f"loading models failed: {exc}", kind="load") from exc
         if self._loading_key == key:
             self.engine, self._engine_key = engine, key
+            self.manager.blocks.set_budget(engine)  # the prompt's budgets follow the measured prefill speed
             if hasattr(engine, "step_delay_s"):
                 engine.step_delay_s = self.options.step_delay_s  # may have changed during the load
         return engine
@@ -262,6 +263,8 @@ class CodespecServer(LanguageServer):
             report["engine"]["runtimeInfo"] = self.engine.runtime.describe()
             policy = getattr(self.engine, "draft_length", None)
             report["engine"]["draftAcceptance"] = policy.to_dict() if policy is not None else None
+        # The anchored layout: the budget and why, the pinned blocks, idle-time work, the cached prompts (KV).
+        report["prompt"] = self.manager.blocks.describe(self.engine)
         report["positionEncoding"] = self.encoding
         # Handlers pygls holds a future for: requests in flight (a leak would show here first).
         report["handlersInFlight"] = self.protocol.requests_in_flight

@@ -26,6 +26,7 @@ from urllib.parse import unquote, urlparse
 
 from transformers import PreTrainedTokenizerBase
 
+from codespec.context.block import DEFAULT_BUDGET, FileBlock, block_title, make_block, repo_name_of
 from codespec.context.document import Document
 from codespec.context.languages import (
     IMPORT_LINE_PATTERNS,
@@ -96,9 +97,17 @@ class ContextConfig:
     layout: str = "near-suffix"
     near_suffix_lines: int = 0  # near-suffix layout: lines after the cursor line kept after the marker
     far_step_fraction: float = 0.25  # the far block's start moves in steps of this share of its budget
+    # Anchored layout (codespec/context/block.py): the cursor window's and the pinned block's budgets (the
+    # server sets them from the machine's prefill speed, PromptBudget); the window's start moves in steps
+    # of this share of its budget when typing outgrows it.
+    window_tokens: int = DEFAULT_BUDGET.window_tokens
+    block_tokens: int = DEFAULT_BUDGET.block_tokens
+    anchored_step_fraction: float = 0.5
 
 
-LAYOUTS = ("psm", "near-suffix")
+LAYOUTS = ("psm", "near-suffix", "anchored")
+# build_context(block=COLD): the anchored layout without a pinned block (its KV is not computed yet).
+COLD = object()
 
 
 @dataclass
@@ -123,6 +132,8 @@ class CompletionContext:
     near_suffix: str = ""  # near-suffix layout: what follows the FIM suffix marker
     far_suffix: str = ""  # near-suffix layout: the lines below, placed before the prefix
     header: str = ""  # imports and enclosing signatures kept from above the window
+    block: FileBlock | None = field(default=None, repr=False)  # anchored layout: the pinned block, if any
+    pinned_tokens: int = 0  # anchored layout: prompt tokens before the cursor window (the block's part)
     window_start_line: int = 0
     indent_unit: str = "    "  # the document's indentation style
     eol: str = "\n"  # the document's line break; the prompt and completions use "\n"
@@ -149,6 +160,8 @@ class CompletionContext:
             "layout": self.layout,
             "near_suffix": self.near_suffix,
             "far_suffix": self.far_suffix,
+            "block": self.block.to_dict() if self.block else None,
+            "pinned_tokens": self.pinned_tokens,
             "header": self.header,
             "window_start_line": self.window_start_line,
             "neighbours": [s.to_dict() for s in self.neighbours],
@@ -533,8 +546,12 @@ def build_context(
     recent_completions: Sequence[str] = (),
     config: ContextConfig = ContextConfig(),  # noqa: B008 (frozen dataclass: shared default is safe)
     cache: ContextCache | None = None,
+    block: FileBlock | object | None = None,
 ) -> CompletionContext:
     """The completion context at (line, character), in the document's position encoding.
+
+    `block` (anchored layout): the pinned block to use; None makes one from the document as it is now,
+    COLD uses none (a prompt of the cursor window alone).
 
     Never raises for bad input: binary content, huge files and positions past the end give a
     context with mode "none" and a `reason`."""
@@ -566,6 +583,9 @@ def build_context(
     ctx.mode, ctx.family, ctx.opener_indent = decision.mode, template.family, decision.opener_indent
     ctx.max_lines = 1 if decision.mode == "line" else config.max_block_lines
 
+    if config.layout == "anchored":
+        return _anchored(ctx, doc, line, tokens, template, info, config, cache, other_docs,
+                         recent_completions, block, decision)
     prefix_budget = int(config.max_prompt_tokens * (1 - config.suffix_fraction))
     suffix_budget = config.max_prompt_tokens - prefix_budget
     # Token healing: trailing spaces/tabs before the cursor stay out of the prompt (BPE tokens carry
@@ -641,6 +661,85 @@ def build_context(
     )
     ctx.extra_streams = _extra_streams(doc, other_docs, recent_completions, cache, tokens, config)
     return ctx
+
+
+def _anchored(ctx: CompletionContext, doc: Document, line: int, tokens: TokenCache, template: FimTemplate,
+              info: LanguageInfo, config: ContextConfig, cache: ContextCache, other_docs, recent_completions,
+              block, decision: ModeDecision) -> CompletionContext:
+    """The anchored layout: [neighbours, the file's pinned block] then FIM [window, line prefix | near suffix].
+    The window starts on a grid (steps of `anchored_step_fraction` of its budget), so typing at the cursor
+    keeps every token before the line prefix until the window outgrows its budget."""
+    if block is None:
+        block = make_block(doc, line, tokens, config.block_tokens,
+                           _neighbours(doc, line, other_docs, cache, tokens, config))
+    elif block is COLD:
+        block = None
+    line_prefix = ctx.line_prefix[-4 * config.window_tokens :]
+    if config.heal_whitespace:
+        kept = line_prefix.rstrip(" \t")
+        ctx.healed, line_prefix = line_prefix[len(kept) :], kept
+    budget = max(config.window_tokens - tokens.count_line(line_prefix), 0)
+    step_chars = max(64, int(config.window_tokens * config.anchored_step_fraction * _chars_per_token(tokens)))
+    start, _ = choose_window(doc, line, budget, step_chars, tokens, lambda row: ("", 0))
+    window = "".join(doc.line_text(row) + "\n" for row in range(start, line))
+    ctx.window_start_line, ctx.prefix, ctx.block = start, window + line_prefix, block
+    ctx.stop, ctx.stop_rule = _make_stop(decision, ctx, doc, config, info)
+    ctx.suffix = _suffix_text(doc, line, ctx.line_suffix, max(config.min_suffix_tokens, config.window_tokens), tokens)
+    ctx.layout = "anchored"
+    ctx.near_suffix = _near_suffix_text(doc, line, ctx.line_suffix, max(config.near_suffix_lines, 0))
+    ctx.neighbours = list(block.neighbours) if block is not None else []
+    ctx.prompt, ctx.prompt_ids, ctx.pinned_tokens = assemble_anchored(
+        template, tokens, doc, block, [window, line_prefix], ctx.near_suffix, info, config)
+    ctx.extra_streams = _extra_streams(doc, other_docs, recent_completions, cache, tokens, config)
+    return ctx
+
+
+def assemble_anchored(template: FimTemplate, tokens: TokenCache, doc: Document, block: FileBlock | None,
+                      prefix_pieces: Sequence[str], suffix: str, info: LanguageInfo,
+                      config: ContextConfig) -> tuple[str, list[int], int]:
+    """The anchored prompt's text, ids and how many ids come before the cursor window (the pinned part:
+    a function of the block and the file's path only)."""
+    texts: list[str] = []
+    ids: list[int] = []
+
+    def special(marker: str | None) -> None:
+        if marker:
+            texts.append(" " + marker[1:] if marker.startswith("▁") else marker)
+            ids.extend(tokens.special(marker))
+
+    def plain(text: str) -> None:
+        if text:
+            texts.append(text)
+            ids.extend(tokens.encode(text))
+
+    path = display_path(doc.uri)
+    if block is not None and template.file_sep:
+        special(template.repo_name)
+        plain(repo_name_of(uri_to_path(doc.uri), config.repo_name) + "\n")
+        for snippet in block.neighbours:
+            special(template.file_sep)
+            plain(f"{snippet.path}\n{snippet.text}\n")
+        special(template.file_sep)
+        plain(f"{block_title(path, block)}\n{block.text}\n")
+        special(template.file_sep)
+        plain(path + "\n")
+    elif block is not None:
+        comment = info.line_comment
+        pinned = render_snippets_as_comments(block.neighbours, comment) if block.neighbours else ""
+        body = "\n".join(f"{comment} {text}" if text else comment for text in block.text.split("\n"))
+        plain(pinned + f"{comment} Path: {block_title(path, block)}\n{body}\n")
+    pinned_tokens = len(ids)
+    special(template.suffix if template.suffix_first else template.prefix)
+    if template.suffix_first:
+        plain(suffix)
+        special(template.prefix)
+    for piece in prefix_pieces:
+        plain(piece)
+    if not template.suffix_first:
+        special(template.suffix)
+        plain(suffix)
+    special(template.middle)
+    return "".join(texts), ids, pinned_tokens
 
 
 def _neighbours(doc, line, other_docs, cache: ContextCache, tokens: TokenCache, config) -> list[Snippet]:

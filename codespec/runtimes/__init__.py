@@ -17,7 +17,7 @@ import os
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -30,6 +30,9 @@ RUNTIMES = ("auto", "torch", "llamacpp")
 # runtime may order them differently (bf16 rounds logits of ~20 to steps of 0.125; llama.cpp quantizes
 # activations to 8 bits per block in a batch).
 NEAR_TIE_LOGITS = 0.5
+# Forward sizes a cost curve is measured at: the drafts' lengths, and a prefill chunk (the prefill speed that
+# sizes the prompt, codespec/context/block.py PromptBudget).
+CALIBRATION_KS = (1, 2, 4, 8, 16, 64)
 
 
 @dataclass(frozen=True)
@@ -57,36 +60,128 @@ class CostCurve:
         return {str(k): round(s * 1000, 2) for k, s in self.points}
 
 
+@dataclass
+class Slot:
+    """One cached prompt: the tokens whose keys and values a runtime holds for it."""
+
+    tokens: list[int] = field(default_factory=list)
+    prompt_len: int = 0  # how many of `tokens` a prompt asked for (the rest: generated text, disposable)
+    used: int = 0  # when it was last active (a counter), for least-recently-used eviction
+
+
 class Runtime(ABC):
-    """A target model with a KV cache. `cached` lists the tokens whose keys and values it holds."""
+    """A target model with a KV cache of one or more cached prompts (slots). `cached` lists the tokens of
+    the active slot, the one `forward` appends to and `truncate` cuts.
+
+    Several slots (`max_slots` > 1) keep the places a user moves between: `sync` continues the slot that
+    shares the longest prefix with the new prompt, and when that slot holds another place (a prompt going on
+    for more than `fork_min_tokens` past the shared prefix) it copies the shared prefix into another slot
+    (the least recently used one) instead of cutting that place away, so going back costs nothing."""
 
     name: str = "runtime"
     exact_batching: bool = True
     prefill_chunk: int = 64  # prompt tokens per prefill forward: a cancel is seen between chunks
     max_positions: int | None = None
     vocab_size: int = 0
+    max_slots: int = 1
+    # A slot whose prompt goes on for more than this past the shared prefix is another place, kept: typing
+    # at the cursor changes only the tokens after it (the rest of the line and the FIM markers, a few dozen).
+    fork_min_tokens: int = 48
 
     def __init__(self) -> None:
-        self.cached: list[int] = []
+        self.slots: list[Slot] = [Slot()]
+        self.active = 0
+        self.cached: list[int] = self.slots[0].tokens
         self.cost_curve: CostCurve | None = None
+        self._clock = 0
 
     @abstractmethod
     def forward(self, tokens: Sequence[int], logits: int) -> torch.Tensor:
-        """Run `tokens` after the cached ones (appending them to the cache); float32 logits of the last
+        """Run `tokens` after the cached ones (appending them to the active slot); float32 logits of the last
         `logits` positions, shape [logits, vocab]."""
 
     @abstractmethod
     def truncate(self, length: int) -> None:
-        """Keep the first `length` cached tokens (rejected drafts, a prompt that diverged); 0 empties it."""
+        """Keep the first `length` tokens of the active slot (rejected drafts, a prompt that diverged)."""
+
+    def _copy_slot(self, source: int, target: int, length: int) -> None:
+        """Make slot `target` hold the first `length` tokens of slot `source` (runtimes with max_slots > 1)."""
+        raise NotImplementedError
+
+    def _clear_slot(self, index: int) -> None:
+        """Empty slot `index` (not the active one)."""
+        raise NotImplementedError
+
+    def cached_prefix(self, tokens: Sequence[int]) -> int:
+        """How many leading tokens of `tokens` some slot already holds (what a prompt would not prefill)."""
+        return max(common_prefix_len(slot.tokens, tokens) for slot in self.slots)
 
     def sync(self, tokens: Sequence[int]) -> int:
-        """Keep the longest cached prefix of `tokens` and drop the rest; returns how many were kept."""
-        keep = common_prefix_len(self.cached, tokens)
+        """Make the active slot hold the longest cached prefix of `tokens`, keeping other places' slots;
+        returns how many tokens were kept."""
+        shared = [common_prefix_len(slot.tokens, tokens) for slot in self.slots]
+        best = max(range(len(self.slots)), key=lambda i: (shared[i], i == self.active, self.slots[i].used))
+        keep = shared[best]
+        held = min(self.slots[best].prompt_len, len(self.slots[best].tokens))  # prompt tokens it has computed
+        if self.max_slots > 1 and held - keep > self.fork_min_tokens:
+            target = self._spare_slot(best)
+            self._copy_slot(best, target, keep)
+            self.slots[target].tokens[:] = self.slots[best].tokens[:keep]
+            best = target
+        self._activate(best)
         self.truncate(keep)
+        self.slots[best].prompt_len = len(tokens)
         return keep
 
+    def _spare_slot(self, keep: int) -> int:
+        """A slot to take for a new place: a new one while fewer than max_slots, else the least recently
+        used one other than `keep` (emptied)."""
+        if len(self.slots) < self.max_slots:
+            self.slots.append(Slot())
+            return len(self.slots) - 1
+        index = min((i for i in range(len(self.slots)) if i != keep), key=lambda i: self.slots[i].used)
+        self._clear_slot(index)
+        del self.slots[index].tokens[:]
+        self.slots[index].prompt_len = 0
+        return index
+
+    def _activate(self, index: int) -> None:
+        self._clock += 1
+        self.active = index
+        self.slots[index].used = self._clock
+        self.cached = self.slots[index].tokens
+
+    def evict_one(self) -> bool:
+        """Empty the least recently used slot other than the active one (to make room); False if none holds
+        anything."""
+        others = [i for i in range(len(self.slots)) if i != self.active and self.slots[i].tokens]
+        if not others:
+            return False
+        index = min(others, key=lambda i: self.slots[i].used)
+        self._clear_slot(index)
+        del self.slots[index].tokens[:]
+        self.slots[index].prompt_len = 0
+        return True
+
     def reset(self) -> None:
+        """Empty every slot."""
+        for index in range(len(self.slots)):
+            if index != self.active and self.slots[index].tokens:
+                self._clear_slot(index)
+                del self.slots[index].tokens[:]
+            self.slots[index].prompt_len = 0
         self.truncate(0)
+
+    def describe_slots(self) -> dict:
+        """What the stats show of the cached prompts: tokens per slot, the tokens they hold together (shared
+        prefixes counted once) and their bytes."""
+        held = _distinct_tokens([slot.tokens for slot in self.slots])
+        return {"maxSlots": self.max_slots, "slotTokens": [len(slot.tokens) for slot in self.slots],
+                "active": self.active, "distinctTokens": held,
+                "bytes": held * self.kv_bytes_per_token() if self.kv_bytes_per_token() else None}
+
+    def kv_bytes_per_token(self) -> int:
+        return 0
 
     def describe_settings(self) -> dict:
         """What changes the cost of a forward besides the model and the machine."""
@@ -97,7 +192,7 @@ class Runtime(ABC):
         return {"runtime": self.name, "exact_batching": self.exact_batching,
                 "cost_ms": self.cost_curve.to_dict() if self.cost_curve else None}
 
-    def calibrate(self, ks: Sequence[int] = (1, 2, 4, 8, 16), context: int = 256, repeats: int = 3) -> CostCurve:
+    def calibrate(self, ks: Sequence[int] = CALIBRATION_KS, context: int = 256, repeats: int = 3) -> CostCurve:
         """Measure the forward cost over k tokens after `context` cached tokens (a handful of forwards, ~1-3 s
         for a 1.5B on a 2-core CPU); the cache is empty afterwards."""
         filler = [(17 + 31 * i) % max(self.vocab_size - 1, 2) + 1 for i in range(context + max(ks))]
@@ -159,7 +254,7 @@ def machine_key() -> str:
 def cached_cost_curve(runtime: Runtime, model_key: str, path: Path) -> CostCurve:
     """The runtime's cost curve from `path` (a JSON cache per machine, model and runtime settings), else
     measured now and added to it. A cache that cannot be read or written only costs a measurement."""
-    key = json.dumps([machine_key(), model_key, runtime.describe_settings()])
+    key = json.dumps([machine_key(), model_key, runtime.describe_settings(), list(CALIBRATION_KS)])
     try:
         known = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -200,3 +295,12 @@ def top2_gap(runtime: Runtime, ids: Sequence[int]) -> float:
     finally:
         runtime.reset()
     return float(top[0] - top[1])
+
+
+def _distinct_tokens(sequences: Sequence[Sequence[int]]) -> int:
+    """Positions held by a set of token sequences whose shared prefixes are stored once."""
+    total, seen = 0, []
+    for tokens in sorted((list(t) for t in sequences if t), key=len, reverse=True):
+        total += len(tokens) - max((common_prefix_len(tokens, other) for other in seen), default=0)
+        seen.append(tokens)
+    return total

@@ -1,7 +1,9 @@
 """The llama.cpp runtime: a GGUF target on llama.cpp's CPU kernels through llama-cpp-python's C API.
 
 One llama_batch per forward with the logits flag set only on the positions to verify (no n_ctx x vocab
-logits buffer), one sequence in the KV memory, rollback by removing the sequence's positions past n.
+logits buffer), rollback by removing the sequence's positions past n. Each cached prompt (slot) is a
+llama.cpp sequence in one unified KV memory: a slot copied from another shares its cells
+(`llama_memory_seq_cp` tags them, nothing is copied), so places that share a file's context hold it once.
 Inputs that would make the native code abort the process (a batch past the context, an empty batch, a
 position gap) are refused here with a Python error before they reach it."""
 
@@ -23,6 +25,10 @@ BUILD_HINT = ("llama-cpp-python is not installed (it builds from source: `make v
               "CMAKE_ARGS=\"-DGGML_NATIVE=ON -DLLAMA_CURL=OFF\" pip install llama-cpp-python==0.3.36)")
 DEFAULT_CONTEXT = 4096
 MAX_BATCH = 512
+DEFAULT_SLOTS = 8
+# The KV memory all slots share, in units of one prompt's context: places of one file share its context
+# block, so the distinct tokens they hold stay well under slots x context.
+MEMORY_CONTEXTS = 2
 _BACKEND = threading.Lock()
 _backend_ready = False
 _log_callback = None  # kept referenced: llama.cpp calls it from native code
@@ -66,8 +72,10 @@ class LlamaCppRuntime(Runtime):
     exact_batching = False
     prefill_chunk = 64
 
-    def __init__(self, gguf_path: str | Path, *, threads: int | None = None, context: int = DEFAULT_CONTEXT) -> None:
+    def __init__(self, gguf_path: str | Path, *, threads: int | None = None, context: int = DEFAULT_CONTEXT,
+                 slots: int = DEFAULT_SLOTS) -> None:
         super().__init__()
+        self.max_slots = max(1, slots)
         lib = self._lib = _library()
         path = Path(gguf_path)
         if not path.is_file():
@@ -81,9 +89,11 @@ class LlamaCppRuntime(Runtime):
         trained = lib.llama_model_n_ctx_train(self._model)
         self.max_positions = min(context, trained) if trained > 0 else context
         ctx_params = lib.llama_context_default_params()
-        ctx_params.n_ctx = self.max_positions
+        self.memory_tokens = self.max_positions * (MEMORY_CONTEXTS if self.max_slots > 1 else 1)
+        ctx_params.n_ctx = self.memory_tokens
         ctx_params.n_batch = ctx_params.n_ubatch = MAX_BATCH
-        ctx_params.n_seq_max = 1
+        ctx_params.n_seq_max = self.max_slots
+        ctx_params.kv_unified = True  # one cell pool: a copied sequence shares its cells
         ctx_params.n_threads = ctx_params.n_threads_batch = self.threads
         ctx_params.no_perf = True
         self._ctx = lib.llama_init_from_model(self._model, ctx_params)
@@ -91,6 +101,10 @@ class LlamaCppRuntime(Runtime):
             lib.llama_model_free(self._model)
             raise CodespecError(f"llama.cpp cannot create a context of {self.max_positions} tokens for {path.name}")
         self.vocab_size = lib.llama_vocab_n_tokens(lib.llama_model_get_vocab(self._model))
+        # f16 keys and values: 2 bytes x 2 x layers x the KV width (heads_kv x head size).
+        embd, heads = lib.llama_model_n_embd(self._model), lib.llama_model_n_head(self._model)
+        kv_heads = lib.llama_model_n_head_kv(self._model)
+        self._kv_bytes = 4 * lib.llama_model_n_layer(self._model) * (embd // max(heads, 1)) * kv_heads
         self._memory = lib.llama_get_memory(self._ctx)
         self._batch = lib.llama_batch_init(MAX_BATCH, 0, 1)
         self.path = path
@@ -110,18 +124,21 @@ class LlamaCppRuntime(Runtime):
         bad = [t for t in tokens if not 0 <= int(t) < self.vocab_size]
         if bad:
             raise CodespecError(f"token id {bad[0]} is outside the model's vocabulary of {self.vocab_size}")
-        batch = self._batch
+        batch, seq = self._batch, self.active
         for i, token in enumerate(tokens):
             batch.token[i] = int(token)
             batch.pos[i] = start + i
             batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = 0
+            batch.seq_id[i][0] = seq
             batch.logits[i] = i >= n - logits
         batch.n_tokens = n
         status = lib.llama_decode(self._ctx, batch)
+        # 1: no room in the KV memory for the batch; other places' slots make room, least recently used first.
+        while status == 1 and self.evict_one():
+            status = lib.llama_decode(self._ctx, batch)
         if status != 0:
             # Anything it kept of a failed batch is dropped, so the cache again holds exactly `cached`.
-            lib.llama_memory_seq_rm(self._memory, 0, start, -1)
+            lib.llama_memory_seq_rm(self._memory, seq, start, -1)
             raise CodespecError(f"llama_decode failed with status {status} at {start} + {n} tokens")
         rows = np.empty((logits, self.vocab_size), dtype=np.float32)
         for row, index in enumerate(range(n - logits, n)):
@@ -135,18 +152,29 @@ class LlamaCppRuntime(Runtime):
     def truncate(self, length: int) -> None:
         length = max(length, 0)
         if length < len(self.cached):
-            if not self._lib.llama_memory_seq_rm(self._memory, 0, length, -1):
-                self._lib.llama_memory_clear(self._memory, True)
+            if not self._lib.llama_memory_seq_rm(self._memory, self.active, length, -1):
+                self._lib.llama_memory_seq_rm(self._memory, self.active, -1, -1)
                 del self.cached[:]
                 return
             del self.cached[length:]
+
+    def _copy_slot(self, source: int, target: int, length: int) -> None:
+        self._lib.llama_memory_seq_rm(self._memory, target, -1, -1)
+        if length:
+            self._lib.llama_memory_seq_cp(self._memory, source, target, 0, length)
+
+    def _clear_slot(self, index: int) -> None:
+        self._lib.llama_memory_seq_rm(self._memory, index, -1, -1)
+
+    def kv_bytes_per_token(self) -> int:
+        return self._kv_bytes
 
     def describe_settings(self) -> dict:
         return {"runtime": self.name, "threads": self.threads}
 
     def describe(self) -> dict:
         return {**super().describe(), "gguf": self.path.name, "threads": self.threads,
-                "context": self.max_positions}
+                "context": self.max_positions, "kvMemoryTokens": self.memory_tokens, "slots": self.max_slots}
 
     def close(self) -> None:
         if getattr(self, "_ctx", None):

@@ -1,10 +1,12 @@
 """The torch/transformers runtime: any HF causal LM on CPU or CUDA, with a DynamicCache cut in place.
 
 It also keeps the target's last hidden state at every cached position when a drafter reads them (an EAGLE
-head), which only this runtime can give."""
+head), which only this runtime can give. Each cached prompt (slot) has its own DynamicCache and features; a
+slot made from another's prefix gets a copy of that prefix."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 
 import torch
@@ -18,13 +20,15 @@ from codespec.runtimes import Runtime
 # one chunk instead of finishing a whole prompt (~1.3 s for 64 tokens of the 0.5B on a slow 2-core CPU);
 # on CUDA a forward's fixed cost is what matters, hence bigger chunks there.
 PREFILL_CHUNK = {"cpu": 64, "cuda": 512}
+DEFAULT_SLOTS = 4
 
 
 class TorchRuntime(Runtime):
     name = "torch"
 
-    def __init__(self, model: torch.nn.Module, prefill_chunk: int | None = None) -> None:
+    def __init__(self, model: torch.nn.Module, prefill_chunk: int | None = None, slots: int = DEFAULT_SLOTS) -> None:
         super().__init__()
+        self.max_slots = max(1, slots)
         self.model = model
         parameter = next(model.parameters())
         self.device, self.dtype = parameter.device, parameter.dtype
@@ -37,6 +41,7 @@ class TorchRuntime(Runtime):
         self.features = FeatureBuffer()
         self.collect_features = False
         self._cache: DynamicCache | None = None
+        self._parked: dict[int, tuple[DynamicCache | None, FeatureBuffer]] = {}  # the inactive slots' state
 
     def forward(self, tokens: Sequence[int], logits: int) -> torch.Tensor:
         if self._cache is None:
@@ -62,6 +67,24 @@ class TorchRuntime(Runtime):
             rollback_cache(self._cache, length)
         del self.cached[max(length, 0) :]
         self.features.truncate(length)
+
+    def _activate(self, index: int) -> None:
+        if index != self.active:
+            self._parked[self.active] = (self._cache, self.features)
+            self._cache, self.features = self._parked.pop(index, (None, FeatureBuffer()))
+        super()._activate(index)
+
+    def _copy_slot(self, source: int, target: int, length: int) -> None:
+        cache, features = (self._cache, self.features) if source == self.active else self._parked.get(source, (None, FeatureBuffer()))
+        cache = copy.deepcopy(cache) if cache is not None and length else None
+        if cache is not None:
+            rollback_cache(cache, length)
+        copied = copy.deepcopy(features)
+        copied.truncate(length)
+        self._parked[target] = (cache, copied)
+
+    def _clear_slot(self, index: int) -> None:
+        self._parked.pop(index, None)
 
     def sync(self, tokens: Sequence[int]) -> int:
         keep = super().sync(tokens)

@@ -1,0 +1,123 @@
+"""The pinned context block: a file's snapshot and its neighbours, placed first so moving the cursor keeps its KV.
+
+The "anchored" layout (ContextConfig.layout) splits the prompt in two. First the block: cross-file snippets
+and the current file as it was when the block was made, within a token budget. It is a function of that
+snapshot (and of the cursor line *when it was made*, for files larger than the budget), not of the live
+cursor, so a jump elsewhere in the file, or back to a file whose block is still cached, re-prefills none of
+it. Then the cursor window in the FIM part: a few lines above the cursor, the cursor line and the rest of
+it after the FIM suffix marker. Only the window moves with the cursor; its size is what a jump costs.
+
+The block goes stale as the user edits (the window shows the live text near the cursor); the server makes
+a new one in idle time and only uses it once its KV is computed (lsp/blocks.py), so a request never waits
+for a block to be prefilled. The budgets come from the machine's measured prefill speed (`PromptBudget`)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from codespec.context.document import Document
+from codespec.context.prompt import Snippet, TokenCache
+
+# What a jump may re-prefill, as time: the cursor window is as many tokens as the machine prefills in this.
+FIRST_SUGGESTION_DEADLINE_S = 0.5
+# The block's size, as time: as many tokens as the machine prefills in this (in idle time, in chunks).
+BLOCK_REFRESH_S = 10.0
+MIN_WINDOW_TOKENS, MAX_WINDOW_TOKENS = 48, 512
+MIN_BLOCK_TOKENS, MAX_BLOCK_TOKENS = 256, 3072
+# Share of the block budget for other files' snippets (the rest is the current file).
+NEIGHBOUR_SHARE = 0.25
+# For a file over the block budget: share of the file part taken from above the cursor line.
+ABOVE_SHARE = 0.7
+
+
+@dataclass(frozen=True)
+class PromptBudget:
+    """How many tokens the cursor window (what a jump re-prefills) and the pinned block may hold, and why."""
+
+    window_tokens: int
+    block_tokens: int
+    prefill_tokens_per_s: float | None = None
+    why: str = "defaults (no measured prefill speed)"
+
+    def to_dict(self) -> dict:
+        return {"windowTokens": self.window_tokens, "blockTokens": self.block_tokens,
+                "prefillTokensPerS": None if self.prefill_tokens_per_s is None else round(self.prefill_tokens_per_s, 1),
+                "why": self.why}
+
+
+DEFAULT_BUDGET = PromptBudget(window_tokens=96, block_tokens=1280)
+
+
+def prompt_budget(prefill_tokens_per_s: float | None, *, deadline_s: float = FIRST_SUGGESTION_DEADLINE_S,
+                  refresh_s: float = BLOCK_REFRESH_S, max_prompt_tokens: int = 4096) -> PromptBudget:
+    """The budget from the measured prefill speed: a slow machine gets a smaller window and block, a GPU
+    larger ones (within the model's context, leaving room for the window and the generation)."""
+    if not prefill_tokens_per_s or prefill_tokens_per_s <= 0:
+        return DEFAULT_BUDGET
+    window = int(min(max(prefill_tokens_per_s * deadline_s, MIN_WINDOW_TOKENS), MAX_WINDOW_TOKENS))
+    ceiling = max(min(MAX_BLOCK_TOKENS, max_prompt_tokens - window - 512), MIN_BLOCK_TOKENS)
+    block = int(min(max(prefill_tokens_per_s * refresh_s, MIN_BLOCK_TOKENS), ceiling))
+    why = (f"prefill {prefill_tokens_per_s:.0f} tokens/s measured at load: a jump re-prefills the cursor window, "
+           f"{window} tokens (~{deadline_s * 1000:.0f} ms, clamped to {MIN_WINDOW_TOKENS}-{MAX_WINDOW_TOKENS}); "
+           f"the pinned block holds {block} tokens (~{refresh_s:.0f} s of idle-time prefill, at most {ceiling})")
+    return PromptBudget(window, block, prefill_tokens_per_s, why)
+
+
+@dataclass(frozen=True)
+class FileBlock:
+    """A document's snapshot as the pinned part of its prompts."""
+
+    uri: str
+    edit_count: int  # the document's edit_count when the snapshot was taken
+    first_line: int  # the snapshot's lines [first_line, last_line) are shown
+    last_line: int
+    text: str
+    neighbours: tuple[Snippet, ...] = ()
+    budget_tokens: int = 0
+    whole_file: bool = True
+
+    def covers(self, line: int) -> bool:
+        return self.first_line <= line < self.last_line
+
+    def to_dict(self) -> dict:
+        return {"uri": self.uri, "editCount": self.edit_count, "lines": [self.first_line, self.last_line],
+                "chars": len(self.text), "neighbours": len(self.neighbours), "budgetTokens": self.budget_tokens}
+
+
+def make_block(doc: Document, cursor_line: int, tokens: TokenCache, budget_tokens: int,
+               neighbours: Sequence[Snippet] = ()) -> FileBlock:
+    """The block for `doc` as it is now: the whole file when it fits in what `budget_tokens` leaves after
+    the neighbour snippets, else the lines around `cursor_line` (most of them above it)."""
+    used_by_neighbours = sum(len(tokens.encode(s.text)) + 8 for s in neighbours)
+    budget = max(budget_tokens - used_by_neighbours, 0)
+    count = doc.line_count
+    costs = [tokens.count_line(doc.line_text(row)) for row in range(count)]
+    if sum(costs) <= budget:
+        first, last = 0, count
+    else:
+        cursor_line = min(max(cursor_line, 0), count - 1)
+        first, used = cursor_line, 0
+        while first > 0 and used + costs[first - 1] <= budget * ABOVE_SHARE:
+            first -= 1
+            used += costs[first]
+        last = cursor_line
+        while last < count and used + costs[last] <= budget:
+            used += costs[last]
+            last += 1
+        while first > 0 and used + costs[first - 1] <= budget:  # the file ended below: fill from above
+            first -= 1
+            used += costs[first]
+    text = "\n".join(doc.line_text(row) for row in range(first, last)).replace("\r", "")
+    return FileBlock(doc.uri, doc.edit_count, first, last, text, tuple(neighbours), budget_tokens,
+                     whole_file=first == 0 and last == count)
+
+
+def block_title(path: str, block: FileBlock) -> str:
+    """The block's file header: the path, and which lines when it is not the whole file."""
+    return path if block.whole_file else f"{path} (lines {block.first_line + 1}-{block.last_line})"
+
+
+def repo_name_of(path: str, configured: str = "") -> str:
+    return configured or os.path.basename(os.path.dirname(path)) or "repo"
