@@ -11,6 +11,7 @@ import sys
 from codespec.errors import CodespecError
 from codespec.flags import add_deprecated_flag
 from codespec.modes import DRAFTING_MODES
+from lsp.options import PROMPT_LAYOUTS
 
 LOOPBACK_NAMES = {"localhost"}
 
@@ -40,8 +41,9 @@ def register(subparsers: argparse._SubParsersAction, name: str, help: str) -> No
                         help="generate on a serving engine (llama-server, vLLM, SGLang: OpenAI /v1/completions) "
                              "instead of local models; --model then names only the tokenizer and FIM template")
     parser.add_argument("--engine-model", metavar="NAME", help="the model name the engine serves (default: its only one)")
-    parser.add_argument("--prompt-layout", choices=["psm", "near-suffix"],
-                        help="FIM prompt layout (default near-suffix: typing re-prefills only the changed tokens)")
+    parser.add_argument("--prompt-layout", choices=PROMPT_LAYOUTS,
+                        help="FIM prompt layout (anchored: the file's pinned block first, a jump re-prefills only the "
+                             "cursor window; near-suffix: typing re-prefills only the changed tokens)")
     parser.add_argument("--near-suffix-lines", type=int, help="near-suffix layout: lines after the cursor line")
     parser.add_argument("--load", choices=["eager", "lazy"], help="load models at start or on first request")
     parser.add_argument("--max-tokens", type=int, help="max new tokens per suggestion")

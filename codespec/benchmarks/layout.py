@@ -9,7 +9,9 @@
     exact first-line match per layout.
 (c) HumanEval single-line infilling is `codespec bench humaneval --layout ...` (the same runner).
 
-Layouts are named "psm", "near0", "near1", "near2" (near-suffix with N lines after the cursor line)."""
+Layouts are named "psm", "near0", "near1", "near2" (near-suffix with N lines after the cursor line) and
+"anchored" / "anchoredW" (the pinned block made from the document at the cut, a cursor window of W tokens;
+ContextConfig's default window without W)."""
 
 from __future__ import annotations
 
@@ -42,7 +44,11 @@ def layout_config(name: str, base: ContextConfig | None = None) -> ContextConfig
         return dataclasses.replace(base, layout="psm")
     if name.startswith("near") and name[4:].isdigit():
         return dataclasses.replace(base, layout="near-suffix", near_suffix_lines=int(name[4:]))
-    raise ValueError(f"unknown layout {name!r}: psm or nearN")
+    if name == "anchored":
+        return dataclasses.replace(base, layout="anchored")
+    if name.startswith("anchored") and name[8:].isdigit():
+        return dataclasses.replace(base, layout="anchored", window_tokens=int(name[8:]))
+    raise ValueError(f"unknown layout {name!r}: psm, nearN, anchored or anchoredW")
 
 
 # ----------------------------------------------------------------------------------------------- (a)
@@ -210,8 +216,8 @@ def run(args: argparse.Namespace) -> int:
         from codespec.models import load_model
 
         # The torch runtime, as `bench humaneval` loads it: greedy output is the reference model's.
-        target = load_model(args.model, threads=args.threads, progress=False)
-        engine = Engine(target, None, args.drafting)
+        target = load_model(args.model, threads=args.threads, progress=False, runtime=args.runtime)
+        engine = Engine(target, None, args.drafting, stop_token_ids=getattr(target, "stop_ids", None) or None)
         cuts = stdlib_cuts(args.n, seed=args.seed)
 
         def show(row: dict) -> None:
@@ -252,6 +258,8 @@ def register_bench(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--budget", type=int, default=ContextConfig().max_prompt_tokens,
                         help="(b): ContextConfig.max_prompt_tokens (smaller: faster on a slow CPU)")
     parser.add_argument("--threads", type=int)
+    parser.add_argument("--runtime", default="torch", choices=("torch", "llamacpp"),
+                        help="(b): torch (greedy output is the reference model's) or llamacpp (the CPU default)")
     parser.add_argument("--jsonl", help="(b): per-prompt rows")
     parser.add_argument("--json-out", help="the report as JSON")
     parser.set_defaults(func=run)

@@ -32,6 +32,7 @@ from codespec.modes import SPECULATIVE_MODES
 from codespec.sessions.format import Session
 from codespec.sessions.metrics import PAUSE_MS, summarize
 from codespec.sessions.replay import Play, ReplayResult, ReplayServer
+from lsp.options import PROMPT_LAYOUTS
 
 WARM = {"cache": True, "typingAlong": True, "earlyAnswer": True, "prefetch": True}
 COLD = {"cache": False, "typingAlong": False, "earlyAnswer": False, "prefetch": False}
@@ -105,6 +106,8 @@ def register_bench(parser: argparse.ArgumentParser) -> None:
         help="the speculative server's drafting (default: its own)",
     )
     parser.add_argument("--threads", type=int, help="CPU threads for the server's model")
+    parser.add_argument("--prompt-layout", choices=PROMPT_LAYOUTS,
+                        help="both codespec servers' prompt layout (default: the server's)")
     parser.add_argument("--no-plain", action="store_true", help="skip the plain-decoding server")
     parser.add_argument(
         "--no-cold", action="store_true", help="skip the speculative server with its latency features off"
@@ -139,6 +142,8 @@ def server_command(args: argparse.Namespace, *, plain: bool) -> list[str]:
         command += ["--drafting", args.drafting]
     if args.threads:
         command += ["--threads", str(args.threads)]
+    if getattr(args, "prompt_layout", None):
+        command += ["--prompt-layout", args.prompt_layout]
     if plain:
         command += ["--drafting", "none"]
     return command

@@ -93,22 +93,24 @@ def make_block(doc: Document, cursor_line: int, tokens: TokenCache, budget_token
     used_by_neighbours = sum(len(tokens.encode(s.text)) + 8 for s in neighbours)
     budget = max(budget_tokens - used_by_neighbours, 0)
     count = doc.line_count
-    costs = [tokens.count_line(doc.line_text(row)) for row in range(count)]
-    if sum(costs) <= budget:
-        first, last = 0, count
-    else:
-        cursor_line = min(max(cursor_line, 0), count - 1)
-        first, used = cursor_line, 0
-        while first > 0 and used + costs[first - 1] <= budget * ABOVE_SHARE:
-            first -= 1
-            used += costs[first]
-        last = cursor_line
-        while last < count and used + costs[last] <= budget:
-            used += costs[last]
-            last += 1
-        while first > 0 and used + costs[first - 1] <= budget:  # the file ended below: fill from above
-            first -= 1
-            used += costs[first]
+    cursor_line = min(max(cursor_line, 0), count - 1)
+
+    def cost(row: int) -> int:
+        return tokens.count_line(doc.line_text(row))
+
+    # Grown from the cursor line outwards, so only the lines shown are ever counted (a huge file costs what
+    # its block holds): most of the budget above the cursor, the rest below, then above again if the file
+    # ended below.
+    first, last, used = cursor_line, cursor_line, 0
+    while first > 0 and used + cost(first - 1) <= budget * ABOVE_SHARE:
+        first -= 1
+        used += cost(first)
+    while last < count and used + cost(last) <= budget:
+        used += cost(last)
+        last += 1
+    while first > 0 and used + cost(first - 1) <= budget:
+        first -= 1
+        used += cost(first)
     text = "\n".join(doc.line_text(row) for row in range(first, last)).replace("\r", "")
     return FileBlock(doc.uri, doc.edit_count, first, last, text, tuple(neighbours), budget_tokens,
                      whole_file=first == 0 and last == count)

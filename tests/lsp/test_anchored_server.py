@@ -100,3 +100,20 @@ async def test_file_switch_storm_keeps_blocks_and_cached_prompts_bounded():
         errors = [r for r in report["recentRequests"] if r["outcome"] == "error"]
         assert errors == []
         close_opened(client)
+
+
+async def test_a_huge_file_gets_a_block_of_the_budget_around_the_cursor():
+    async with session(init_options=OPTIONS) as client:
+        uri = "file:///work/proj/huge.py"
+        text = FUNCTIONS * 400 + "def main():\n    "  # ~1 M characters, 60,000 lines
+        open_doc(client, uri, text)
+        last = text.count("\n")
+        await bounded(inline(client, uri, last, 4))
+        report = await settle(client)
+        await wait_until(lambda: pinned_for(client, uri))
+        block = await pinned_for(client, uri)
+        budget = (await stats(client, recent=0))["prompt"]["budget"]
+        assert block["lines"][1] == last + 1 and block["lines"][0] > 0  # the lines above the cursor
+        assert block["chars"] <= budget["blockTokens"] * 2  # byte tokens: about a character each
+        assert [r for r in report["recentRequests"] if r["outcome"] == "error"] == []
+        close_opened(client)
