@@ -23,8 +23,6 @@ from typing import Any
 logger = logging.getLogger("codespec.lsp")
 
 MAX_PINNED = 32  # documents with a pinned block (least recently used dropped)
-# Idle-time prefill chunk: a request that arrives during it waits for at most one such forward.
-IDLE_CHUNK_TOKENS = 16
 REMOTE_REFRESH_EDITS = 64
 
 
@@ -66,7 +64,9 @@ class BlockPlanner:
 
         rate = engine.prefill_tokens_per_s() if callable(getattr(engine, "prefill_tokens_per_s", None)) else None
         limit = getattr(engine, "max_positions", None) or 4096
-        self.budget = prompt_budget(rate, max_prompt_tokens=limit) if rate else DEFAULT_BUDGET
+        curve = getattr(getattr(engine, "runtime", None), "cost_curve", None)
+        points = curve.points if curve is not None else ()
+        self.budget = prompt_budget(rate, max_prompt_tokens=limit, cost_points=points) if rate else DEFAULT_BUDGET
         return self.budget
 
     def configure(self, config: Any) -> Any:
@@ -147,7 +147,8 @@ class BlockPlanner:
         """Worker thread: the job's prefill; True when it completed."""
         self.counters.jobs += 1
         try:
-            done = engine.prefill(job.prompt_ids, cancel=job.token, chunk=IDLE_CHUNK_TOKENS)
+            # A request that arrives during a chunk waits for it: chunks sized from the cost curve.
+            done = engine.prefill(job.prompt_ids, cancel=job.token, chunk=self.budget.idle_chunk_tokens)
         except Exception:
             logger.exception("idle-time prefill failed")
             self.counters.failed += 1

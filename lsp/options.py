@@ -53,7 +53,9 @@ class ServerOptions:
     prefetch_delay_s: float = 0.1  # ... once the document has been idle this long
     # Anchored layout: after this long without requests or edits, and with no generation running, the
     # pinned context block is refreshed and its KV computed (lsp/blocks.py); None: never.
-    idle_delay_s: float | None = 0.15
+    # Longer than the gaps between keystrokes (so typing is not slowed by a chunk in flight), shorter than
+    # a pause to think or read, and than moving elsewhere.
+    idle_delay_s: float | None = 0.5
     # Hidden, for tests: simulated per-step model delay and a fault trigger.
     step_delay_s: float = 0.0
     debug_fail_marker: str | None = None

@@ -26,6 +26,9 @@ FIRST_SUGGESTION_DEADLINE_S = 0.5
 BLOCK_REFRESH_S = 10.0
 MIN_WINDOW_TOKENS, MAX_WINDOW_TOKENS = 48, 512
 MIN_BLOCK_TOKENS, MAX_BLOCK_TOKENS = 256, 3072
+# Idle-time prefill runs in chunks a request may have to wait for: the largest measured forward within this.
+IDLE_CHUNK_S = 0.25
+DEFAULT_IDLE_CHUNK = 16
 # Share of the block budget for other files' snippets (the rest is the current file).
 NEIGHBOUR_SHARE = 0.25
 # For a file over the block budget: share of the file part taken from above the cursor line.
@@ -40,9 +43,11 @@ class PromptBudget:
     block_tokens: int
     prefill_tokens_per_s: float | None = None
     why: str = "defaults (no measured prefill speed)"
+    idle_chunk_tokens: int = DEFAULT_IDLE_CHUNK
 
     def to_dict(self) -> dict:
         return {"windowTokens": self.window_tokens, "blockTokens": self.block_tokens,
+                "idleChunkTokens": self.idle_chunk_tokens,
                 "prefillTokensPerS": None if self.prefill_tokens_per_s is None else round(self.prefill_tokens_per_s, 1),
                 "why": self.why}
 
@@ -51,9 +56,11 @@ DEFAULT_BUDGET = PromptBudget(window_tokens=96, block_tokens=1280)
 
 
 def prompt_budget(prefill_tokens_per_s: float | None, *, deadline_s: float = FIRST_SUGGESTION_DEADLINE_S,
-                  refresh_s: float = BLOCK_REFRESH_S, max_prompt_tokens: int = 4096) -> PromptBudget:
+                  refresh_s: float = BLOCK_REFRESH_S, max_prompt_tokens: int = 4096,
+                  cost_points: tuple[tuple[int, float], ...] = ()) -> PromptBudget:
     """The budget from the measured prefill speed: a slow machine gets a smaller window and block, a GPU
-    larger ones (within the model's context, leaving room for the window and the generation)."""
+    larger ones (within the model's context, leaving room for the window and the generation). `cost_points`
+    (k, seconds of a forward over k tokens) size the idle-time chunk."""
     if not prefill_tokens_per_s or prefill_tokens_per_s <= 0:
         return DEFAULT_BUDGET
     window = int(min(max(prefill_tokens_per_s * deadline_s, MIN_WINDOW_TOKENS), MAX_WINDOW_TOKENS))
@@ -62,7 +69,9 @@ def prompt_budget(prefill_tokens_per_s: float | None, *, deadline_s: float = FIR
     why = (f"prefill {prefill_tokens_per_s:.0f} tokens/s measured at load: a jump re-prefills the cursor window, "
            f"{window} tokens (~{deadline_s * 1000:.0f} ms, clamped to {MIN_WINDOW_TOKENS}-{MAX_WINDOW_TOKENS}); "
            f"the pinned block holds {block} tokens (~{refresh_s:.0f} s of idle-time prefill, at most {ceiling})")
-    return PromptBudget(window, block, prefill_tokens_per_s, why)
+    chunk = max((k for k, seconds in cost_points if seconds <= IDLE_CHUNK_S), default=DEFAULT_IDLE_CHUNK)
+    why += f"; idle-time prefill in chunks of {chunk} tokens (the largest forward measured within {IDLE_CHUNK_S} s)"
+    return PromptBudget(window, block, prefill_tokens_per_s, why, chunk)
 
 
 @dataclass(frozen=True)

@@ -110,6 +110,9 @@ def test_budget_follows_the_prefill_speed() -> None:
     assert prompt_budget(10.0).window_tokens == MIN_WINDOW_TOKENS
     assert prompt_budget(None) == DEFAULT_BUDGET
     assert "100 tokens/s" in slow.why
+    chunked = prompt_budget(100.0, cost_points=((1, 0.03), (16, 0.2), (64, 0.45)))
+    assert chunked.idle_chunk_tokens == 16 and slow.idle_chunk_tokens == 16
+    assert prompt_budget(5000.0, cost_points=((1, 0.01), (16, 0.02), (64, 0.04))).idle_chunk_tokens == 64
 
 
 def _tokens():
