@@ -179,9 +179,9 @@ class CodeServer:
         return sorted(self.user_data.glob("logs/*/exthost*/remoteexthost.log"))
 
     def codespec_output(self) -> str:
-        """The extension's `codespec` output channel (a log channel: written to a file per window)."""
-        return "\n".join(path.read_text(errors="replace")
-                         for path in sorted(self.user_data.glob("logs/*/exthost*/**/*codespec*.log")))
+        """The extension's `codespec` output channel (a log channel: a file per window) of the latest window."""
+        logs = sorted(self.user_data.glob("logs/*/exthost*/**/*codespec*.log"), key=lambda path: path.stat().st_mtime)
+        return logs[-1].read_text(errors="replace") if logs else ""
 
 
 class TapClient:

@@ -2,9 +2,18 @@
 // the status bar, the commands, and streaming re-triggers. The logic lives in config.ts, stats.ts
 // and streaming.ts, which do not import `vscode`.
 import * as vscode from "vscode";
-import { LanguageClient, LanguageClientOptions, ServerOptions, State } from "vscode-languageclient/node";
+import {
+  CloseAction,
+  ErrorAction,
+  LanguageClient,
+  LanguageClientOptions,
+  RevealOutputChannelOn,
+  ServerOptions,
+  State,
+} from "vscode-languageclient/node";
 
 import { CodespecSettings, initializationOptions, readSettings, SERVER_SETTINGS, serverLaunch } from "./config";
+import { RESTART_FAILED_MESSAGE, ServerWatch, startFailureMessage } from "./lifecycle";
 import { ServerStats, STATS_METHOD, statsSummary, statusText } from "./stats";
 import { isPartialCompletion, PARTIAL_METHOD, placeKey, StreamingRequests } from "./streaming";
 
@@ -17,6 +26,20 @@ let statsTimer: NodeJS.Timeout | undefined;
 let lastStats: ServerStats | undefined;
 let output: vscode.LogOutputChannel;
 let streaming: StreamingRequests<InlineResult> | undefined;
+let serverFailed = false; // not running, and not about to be: the status bar says so
+
+/** The language client, whose own error pop-ups become output-channel lines: the extension says what went
+ * wrong itself, once per failure (lifecycle.ts), instead of the client's several messages per failure. */
+class CodespecClient extends LanguageClient {
+  override error(message: string, data?: unknown, _showNotification?: boolean | "force"): void {
+    super.error(message, data, false);
+  }
+}
+
+function report(message: string): void {
+  output.error(message);
+  void vscode.window.showErrorMessage(message, "Show Output").then((choice) => choice && output.show(true));
+}
 
 function currentSettings(): CodespecSettings {
   const section = vscode.workspace.getConfiguration("codespec");
@@ -53,13 +76,47 @@ function provideInline(
 function createClient(): LanguageClient {
   const launch = serverLaunch(settings);
   const serverOptions: ServerOptions = { command: launch.command, args: launch.args, options: { env: process.env } };
+  const watch = new ServerWatch();
+  // A restart the client makes after a crash: "pending" until it starts, then "starting" until it runs.
+  let restart: "none" | "pending" | "starting" = "none";
   const clientOptions: LanguageClientOptions = {
     documentSelector: [{ scheme: "file" }, { scheme: "untitled" }],
     initializationOptions: initializationOptions(settings),
     outputChannel: output,
+    revealOutputChannelOn: RevealOutputChannelOn.Never,
+    initializationFailedHandler: () => false, // no retry loop: startClient reports the failure
     middleware: { provideInlineCompletionItems: provideInline },
+    errorHandler: {
+      error: (_error, _message, count) => {
+        const decision = watch.connectionError(count);
+        if (decision.message) report(decision.message);
+        if (decision.shutdown) serverFailed = true;
+        return { action: decision.shutdown ? ErrorAction.Shutdown : ErrorAction.Continue, handled: true };
+      },
+      closed: () => {
+        const decision = watch.closed(created.state === State.Running);
+        if (decision.message) report(decision.message);
+        if (decision.restart) restart = "pending";
+        else serverFailed = true;
+        return { action: decision.restart ? CloseAction.Restart : CloseAction.DoNotRestart, handled: true };
+      },
+    },
   };
-  return new LanguageClient("codespec", "codespec", serverOptions, clientOptions);
+  const created = new CodespecClient("codespec", "codespec", serverOptions, clientOptions);
+  created.onDidChangeState((event) => {
+    if (event.newState === State.Running) {
+      restart = "none";
+      serverFailed = false;
+    } else if (event.newState === State.Starting && restart === "pending") {
+      restart = "starting";
+    } else if (event.newState === State.Stopped && restart === "starting") {
+      restart = "none";
+      serverFailed = true;
+      report(RESTART_FAILED_MESSAGE);
+    }
+    void refreshStats();
+  });
+  return created;
 }
 
 async function refreshStats(): Promise<void> {
@@ -72,8 +129,12 @@ async function refreshStats(): Promise<void> {
       lastStats = undefined;
     }
   }
-  statusItem.text = statusText(lastStats, settings.enabled);
-  statusItem.tooltip = lastStats ? statsSummary(lastStats).join("\n") : "codespec: starting";
+  statusItem.text = statusText(lastStats, settings.enabled, serverFailed);
+  statusItem.tooltip = lastStats
+    ? statsSummary(lastStats).join("\n")
+    : serverFailed
+      ? "codespec: the server is not running (see the codespec output channel)"
+      : "codespec: starting";
 }
 
 function scheduleStats(): void {
@@ -92,14 +153,14 @@ function onPartial(params: unknown): void {
 
 async function startClient(): Promise<void> {
   streaming = undefined;
+  serverFailed = false;
   client = createClient();
   client.onNotification(PARTIAL_METHOD, onPartial);
   try {
     await client.start();
   } catch (error) {
-    void vscode.window.showErrorMessage(
-      `codespec: could not start \`${settings.serverPath}\` (${error}). Set "codespec.server.path" to the codespec executable.`,
-    );
+    serverFailed = true;
+    report(startFailureMessage(settings.serverPath, error));
   }
   await refreshStats();
 }
@@ -108,7 +169,8 @@ async function stopClient(): Promise<void> {
   streaming?.cancel();
   const running = client;
   client = undefined;
-  if (running) await running.stop();
+  // A client that failed to start cannot be stopped (the language client throws): nothing runs.
+  if (running && running.state !== State.Stopped) await running.stop().catch((error) => output.warn(`stop: ${error}`));
 }
 
 async function showStats(): Promise<void> {

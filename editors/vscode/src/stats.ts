@@ -31,10 +31,11 @@ function percent(value: number | null | undefined): string {
   return typeof value === "number" ? `${Math.round(value * 100)}%` : "–";
 }
 
-/** The status bar item: "$(sparkle) 42 ms · 63%", or why there is nothing to show. */
-export function statusText(stats: ServerStats | undefined, enabled: boolean): string {
+/** The status bar item: "$(sparkle) 42 ms · 63%", or why there is nothing to show (`failed`: the server
+ * is not running and is not being started). */
+export function statusText(stats: ServerStats | undefined, enabled: boolean, failed = false): string {
   if (!enabled) return "$(circle-slash) codespec";
-  if (!stats) return "$(sync~spin) codespec";
+  if (!stats) return failed ? "$(error) codespec: not running" : "$(sync~spin) codespec";
   if (stats.engine && stats.engine.loaded === false) return "$(loading~spin) codespec: loading model";
   const latency = stats.latencyMs?.p50;
   if (typeof latency !== "number") return "$(sparkle) codespec";

@@ -62,9 +62,9 @@ const fakeVscode = {
   },
   window: {
     activeTextEditor: { document: { uri: { toString: () => URI } } },
-    createOutputChannel: () => ({ info() {}, appendLine() {}, show() {}, dispose() {} }),
+    createOutputChannel: () => ({ info() {}, warn() {}, error() {}, appendLine() {}, show() {}, dispose() {} }),
     createStatusBarItem: () => statusItem,
-    showErrorMessage: async (m: string) => void messages.push(m),
+    showErrorMessage: async (m: string) => void messages.push(m),  // (resolves undefined: no button chosen)
     showWarningMessage: async (m: string) => void messages.push(m),
     showInformationMessage: async (m: string) => void messages.push(m),
   },
@@ -78,10 +78,21 @@ const fakeVscode = {
 };
 
 const State = { Stopped: 1, Running: 2, Starting: 3 };
+const CloseAction = { DoNotRestart: 1, Restart: 2 };
+const ErrorAction = { Continue: 1, Shutdown: 2 };
+const RevealOutputChannelOn = { Debug: 0, Info: 1, Warn: 2, Error: 3, Never: 4 };
+let failNextStart: Error | undefined;
+
+type StateListener = (event: { oldState: number; newState: number }) => void;
+interface ErrorHandler {
+  error(error: Error, message: unknown, count: number | undefined): { action: number; handled?: boolean };
+  closed(): { action: number; handled?: boolean };
+}
 
 class FakeClient {
   state = State.Stopped;
   notifications = new Map<string, (params: unknown) => void>();
+  stateListeners: StateListener[] = [];
   stopped = false;
   constructor(
     public id: string,
@@ -90,6 +101,7 @@ class FakeClient {
     public clientOptions: {
       initializationOptions: Record<string, unknown>;
       middleware: { provideInlineCompletionItems: (...args: unknown[]) => unknown };
+      errorHandler: ErrorHandler;
     },
   ) {
     clients.push(this);
@@ -98,8 +110,24 @@ class FakeClient {
     this.notifications.set(method, handler);
     return { dispose() {} };
   }
+  onDidChangeState(listener: StateListener) {
+    this.stateListeners.push(listener);
+    return { dispose() {} };
+  }
+  setState(newState: number) {
+    const oldState = this.state;
+    this.state = newState;
+    for (const listener of this.stateListeners) listener({ oldState, newState });
+  }
   async start() {
-    this.state = State.Running;
+    this.setState(State.Starting);
+    const failure = failNextStart;
+    failNextStart = undefined;
+    if (failure) {
+      this.setState(State.Stopped);
+      throw failure;
+    }
+    this.setState(State.Running);
   }
   async stop() {
     this.stopped = true;
@@ -116,7 +144,9 @@ const moduleWithLoad = Module as unknown as { _load: (request: string, ...rest: 
 const originalLoad = moduleWithLoad._load;
 moduleWithLoad._load = function (request: string, ...rest: unknown[]) {
   if (request === "vscode") return fakeVscode;
-  if (request === "vscode-languageclient/node") return { LanguageClient: FakeClient, State };
+  if (request === "vscode-languageclient/node") {
+    return { LanguageClient: FakeClient, State, CloseAction, ErrorAction, RevealOutputChannelOn };
+  }
   return originalLoad.call(this, request, ...rest);
 };
 const extension = require("../../extension") as typeof import("../../extension");
@@ -231,6 +261,52 @@ test("streaming: partials re-trigger the editor and are answered without a new r
   provide({ line: 1, character: 6 }, 5, next);
   assert.equal(sent.length, 3);
   assert.equal((sent[1][3] as { isCancellationRequested: boolean }).isCancellationRequested, true);
+});
+
+test("a crash of a running server is said once and the server restarted; a failed restart is said once", async () => {
+  const client = latestClient();
+  messages.length = 0;
+  const decision = client.clientOptions.errorHandler.closed(); // the server died while running
+  assert.deepEqual(decision, { action: CloseAction.Restart, handled: true });
+  assert.equal(messages.length, 1);
+  assert.match(messages[0], /stopped unexpectedly and is being restarted/);
+  // The language client restarts it; this time it exits during start-up.
+  client.setState(State.Stopped);
+  client.setState(State.Starting);
+  assert.deepEqual(client.clientOptions.errorHandler.closed(), { action: CloseAction.DoNotRestart, handled: true });
+  client.setState(State.Stopped);
+  assert.equal(messages.length, 2, messages.join("\n"));
+  assert.match(messages[1], /could not be started again/);
+  await new Promise((resolve) => setImmediate(resolve));
+  assert.equal(statusItem.text, "$(error) codespec: not running");
+  // Restart Server brings it back.
+  await commands.get("codespec.restart")!();
+  assert.equal(latestClient().state, State.Running);
+  assert.equal(statusItem.text, "$(sparkle) 42 ms · 50%");
+  assert.equal(messages.length, 2);
+});
+
+test("malformed messages: said once, the server stopped after several in a row", () => {
+  const handler = latestClient().clientOptions.errorHandler;
+  messages.length = 0;
+  assert.equal(handler.error(new Error("bad"), undefined, 1).action, ErrorAction.Continue);
+  assert.equal(handler.error(new Error("bad"), undefined, 2).action, ErrorAction.Continue);
+  assert.equal(messages.length, 1);
+  assert.match(messages[0], /malformed message/);
+  assert.equal(handler.error(new Error("bad"), undefined, 4).action, ErrorAction.Shutdown);
+  assert.equal(messages.length, 2);
+});
+
+test("a server that cannot start: one message naming the path and the setting", async () => {
+  messages.length = 0;
+  failNextStart = new Error("Launching server using command /nope failed. Error: spawn /nope ENOENT");
+  await commands.get("codespec.restart")!();
+  assert.equal(messages.length, 1, messages.join("\n"));
+  assert.match(messages[0], /could not start the server `\/venv\/bin\/codespec` \(no such file\)/);
+  assert.match(messages[0], /codespec\.server\.path/);
+  assert.equal(statusItem.text, "$(error) codespec: not running");
+  await commands.get("codespec.restart")!();
+  assert.equal(latestClient().state, State.Running);
 });
 
 test("show stats reports the summary; deactivate stops the client", async () => {

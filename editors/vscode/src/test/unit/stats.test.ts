@@ -24,6 +24,7 @@ test("status bar: p50 latency and acceptance", () => {
 test("status bar: off, starting, loading, no answers yet", () => {
   assert.equal(statusText(stats, false), "$(circle-slash) codespec");
   assert.equal(statusText(undefined, true), "$(sync~spin) codespec");
+  assert.equal(statusText(undefined, true, true), "$(error) codespec: not running");
   assert.equal(statusText({ engine: { loaded: false } }, true), "$(loading~spin) codespec: loading model");
   assert.equal(statusText({ latencyMs: { count: 0, p50: null } }, true), "$(sparkle) codespec");
   assert.equal(statusText({ latencyMs: { p50: 10 }, acceptanceRate: null }, true), "$(sparkle) 10 ms · –");
