@@ -178,6 +178,11 @@ class CodeServer:
     def exthost_logs(self) -> list[Path]:
         return sorted(self.user_data.glob("logs/*/exthost*/remoteexthost.log"))
 
+    def extension_host_errors(self) -> list[str]:
+        """Error lines about codespec in the extension hosts' logs (an exception in the extension lands there)."""
+        return [line for path in self.exthost_logs() for line in path.read_text(errors="replace").splitlines()
+                if "[error]" in line and "codespec" in line]
+
     def codespec_output(self) -> str:
         """The extension's `codespec` output channel (a log channel: a file per window) of the latest window."""
         logs = sorted(self.user_data.glob("logs/*/exthost*/**/*codespec*.log"), key=lambda path: path.stat().st_mtime)
@@ -384,4 +389,5 @@ def as_rendered(text: str) -> str:
                    for ch in text)
 
 
-STATUS_RE = re.compile(r"(\d+) ms · (\d+|–)%?")
+# The status bar item with answers: "42 ms · 63%" (acceptance "–" before anything was shown).
+STATUS_RE = re.compile(r"\d+ ms · (\d+%|–)")
