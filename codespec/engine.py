@@ -205,7 +205,7 @@ class Engine:
         done = 0
         with torch.inference_mode():
             try:
-                keep = self.runtime.sync(prompt)
+                keep = self.runtime.sync(prompt, place=False)
                 for start in range(keep, len(prompt), step):
                     if cancel is not None and cancel.cancelled:
                         break

@@ -108,6 +108,8 @@ def register_bench(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, help="CPU threads for the server's model")
     parser.add_argument("--prompt-layout", choices=PROMPT_LAYOUTS,
                         help="both codespec servers' prompt layout (default: the server's)")
+    parser.add_argument("--also-layout", choices=PROMPT_LAYOUTS,
+                        help="one more column: the speculative server with this prompt layout (same run, interleaved)")
     parser.add_argument("--no-plain", action="store_true", help="skip the plain-decoding server")
     parser.add_argument(
         "--no-cold", action="store_true", help="skip the speculative server with its latency features off"
@@ -166,6 +168,7 @@ async def bench_replay_async(
     drain_timeout_s: float = 120.0,
     pause_ms: float = PAUSE_MS,
     llama_vim: Callable[[], AbstractContextManager[Any]] | None = None,
+    others: Sequence[tuple[str, list[str]]] = (),
 ) -> dict[str, Any]:
     """Replay `sessions` interleaved through every variant (servers started first, all held open);
     returns {"variants": {name: summary}, "ratios": {...}, "results": {name: ReplayResult}}.
@@ -184,6 +187,8 @@ async def bench_replay_async(
         variants.append(lsp_variant("speculative", speculative, WARM))
         if cold:
             variants.append(lsp_variant("speculative cold", speculative, COLD))
+        for name, command in others:  # e.g. the speculative server with another prompt layout
+            variants.append(lsp_variant(name, await open_server(command), WARM))
         if llama_vim is not None:
             variants.append(await llama_vim_variant(stack, llama_vim, speed, drain_timeout_s))
         await run_interleaved(sessions, variants)
@@ -445,7 +450,12 @@ def run_bench(args: argparse.Namespace) -> int:
     plain_server = None if args.no_plain else server_command(args, plain=True)
     llama_vim = llama_vim_server(args) if args.llama_vim else None
     started = time.perf_counter()
-    report = bench_replay(sessions, spec_server, plain_server, cold=not args.no_cold, speed=speed,
+    others = []
+    if args.also_layout:
+        others.append((f"speculative {args.also_layout}",
+                       server_command(argparse.Namespace(**{**vars(args), "prompt_layout": args.also_layout}),
+                                      plain=False)))
+    report = bench_replay(sessions, spec_server, plain_server, cold=not args.no_cold, speed=speed, others=others,
                           drain_timeout_s=args.timeout, pause_ms=args.pause_ms, llama_vim=llama_vim)  # fmt: skip
     wall = time.perf_counter() - started
     plots = [args.out / "bench-replay-cdf.png", args.out / "bench-replay-warm.png"]
@@ -457,7 +467,8 @@ def run_bench(args: argparse.Namespace) -> int:
         "speed": "max" if speed is None else speed,
         "pause_ms": args.pause_ms,
         "machine": f"{platform.machine()} {platform.system()}, Python {platform.python_version()}",
-        "servers": {**servers, "speculative": display(spec_server), **anchor_server(report)},
+        "servers": {**servers, "speculative": display(spec_server), **{n: display(c) for n, c in others},
+                    **anchor_server(report)},
         "order": "interleaved: session by session, the variants rotating by one each session",
         "wall_s": wall,
         "plots": [str(p) for p in plots],

@@ -116,6 +116,7 @@ def _cmd_list(args: Any) -> int:
     for key, points in _known_cost_curves().items():
         print(f"cost of a target forward over k new tokens, {key}: "
               + ", ".join(f"k={k} {seconds * 1000:.0f} ms" for k, seconds in points))
+        print(f"  prompt budget (anchored layout): {_budget(points).why}")
     if any(row["state"] != "converted" for row in rows):
         print(f"prepare the bundled models with: {MAKE_TARGET} && codespec models fetch")
     return 0
@@ -123,7 +124,18 @@ def _cmd_list(args: Any) -> int:
 
 def _profile_dict() -> dict[str, Any]:
     device = resolve_device("auto")
-    return {"device": device.type, **default_profile(device)._asdict(), "cost_curves": _known_cost_curves()}
+    curves = _known_cost_curves()
+    return {"device": device.type, **default_profile(device)._asdict(), "cost_curves": curves,
+            "prompt_budgets": {key: _budget(points).to_dict() for key, points in curves.items()}}
+
+
+def _budget(points: list) -> Any:
+    """The anchored layout's budget a server loading that model here would use (codespec/context/block.py)."""
+    from codespec.context.block import prompt_budget
+
+    pairs = tuple((int(k), float(seconds)) for k, seconds in points)
+    k, seconds = pairs[-1]
+    return prompt_budget(k / seconds if seconds > 0 else None, cost_points=pairs)
 
 
 def _known_cost_curves() -> dict[str, list]:
@@ -138,7 +150,7 @@ def _known_cost_curves() -> dict[str, list]:
     curves = {}
     for key, points in (known.items() if isinstance(known, dict) else ()):
         try:
-            machine, model, settings = json.loads(key)
+            machine, model, settings, *_ks = json.loads(key)
         except (ValueError, TypeError):
             continue
         if machine == here:

@@ -67,6 +67,7 @@ class Slot:
     tokens: list[int] = field(default_factory=list)
     prompt_len: int = 0  # how many of `tokens` a prompt asked for (the rest: generated text, disposable)
     used: int = 0  # when it was last active (a counter), for least-recently-used eviction
+    place: bool = False  # a request's prompt ran in it (work ahead of time alone does not make it a place)
 
 
 class Runtime(ABC):
@@ -116,21 +117,24 @@ class Runtime(ABC):
         """How many leading tokens of `tokens` some slot already holds (what a prompt would not prefill)."""
         return max(common_prefix_len(slot.tokens, tokens) for slot in self.slots)
 
-    def sync(self, tokens: Sequence[int]) -> int:
+    def sync(self, tokens: Sequence[int], *, place: bool = True) -> int:
         """Make the active slot hold the longest cached prefix of `tokens`, keeping other places' slots;
-        returns how many tokens were kept."""
+        returns how many tokens were kept. `place`: a request's prompt (False: work ahead of time, e.g. a
+        prompt prefilled in idle time; a slot that only such work used is continued, not kept aside)."""
         shared = [common_prefix_len(slot.tokens, tokens) for slot in self.slots]
         best = max(range(len(self.slots)), key=lambda i: (shared[i], i == self.active, self.slots[i].used))
         keep = shared[best]
         held = min(self.slots[best].prompt_len, len(self.slots[best].tokens))  # prompt tokens it has computed
-        if self.max_slots > 1 and held - keep > self.fork_min_tokens:
+        if self.max_slots > 1 and self.slots[best].place and held - keep > self.fork_min_tokens:
             target = self._spare_slot(best)
             self._copy_slot(best, target, keep)
             self.slots[target].tokens[:] = self.slots[best].tokens[:keep]
             best = target
         self._activate(best)
         self.truncate(keep)
-        self.slots[best].prompt_len = len(tokens)
+        slot = self.slots[best]
+        slot.prompt_len = len(tokens)
+        slot.place = place or (slot.place and keep >= held)
         return keep
 
     def _spare_slot(self, keep: int) -> int:
@@ -143,6 +147,7 @@ class Runtime(ABC):
         self._clear_slot(index)
         del self.slots[index].tokens[:]
         self.slots[index].prompt_len = 0
+        self.slots[index].place = False
         return index
 
     def _activate(self, index: int) -> None:
@@ -175,7 +180,7 @@ class Runtime(ABC):
     def describe_slots(self) -> dict:
         """What the stats show of the cached prompts: tokens per slot, the tokens they hold together (shared
         prefixes counted once) and their bytes."""
-        held = _distinct_tokens([slot.tokens for slot in self.slots])
+        held = distinct_tokens([slot.tokens for slot in self.slots])
         return {"maxSlots": self.max_slots, "slotTokens": [len(slot.tokens) for slot in self.slots],
                 "active": self.active, "distinctTokens": held,
                 "bytes": held * self.kv_bytes_per_token() if self.kv_bytes_per_token() else None}
@@ -297,7 +302,7 @@ def top2_gap(runtime: Runtime, ids: Sequence[int]) -> float:
     return float(top[0] - top[1])
 
 
-def _distinct_tokens(sequences: Sequence[Sequence[int]]) -> int:
+def distinct_tokens(sequences: Sequence[Sequence[int]]) -> int:
     """Positions held by a set of token sequences whose shared prefixes are stored once."""
     total, seen = 0, []
     for tokens in sorted((list(t) for t in sequences if t), key=len, reverse=True):

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from codespec.errors import CodespecError
-from codespec.runtimes import Runtime
+from codespec.runtimes import Runtime, distinct_tokens
 
 BUILD_HINT = ("llama-cpp-python is not installed (it builds from source: `make venv`, or "
               "CMAKE_ARGS=\"-DGGML_NATIVE=ON -DLLAMA_CURL=OFF\" pip install llama-cpp-python==0.3.36)")
@@ -124,6 +124,10 @@ class LlamaCppRuntime(Runtime):
         bad = [t for t in tokens if not 0 <= int(t) < self.vocab_size]
         if bad:
             raise CodespecError(f"token id {bad[0]} is outside the model's vocabulary of {self.vocab_size}")
+        # Room for the batch: other places' slots go first, least recently used first (without this, llama.cpp
+        # would log an error before refusing the batch; the refusal is still handled below).
+        while distinct_tokens([slot.tokens for slot in self.slots]) + n > self.memory_tokens and self.evict_one():
+            pass
         batch, seq = self._batch, self.active
         for i, token in enumerate(tokens):
             batch.token[i] = int(token)

@@ -86,8 +86,8 @@ class TorchRuntime(Runtime):
     def _clear_slot(self, index: int) -> None:
         self._parked.pop(index, None)
 
-    def sync(self, tokens: Sequence[int]) -> int:
-        keep = super().sync(tokens)
+    def sync(self, tokens: Sequence[int], *, place: bool = True) -> int:
+        keep = super().sync(tokens, place=place)
         if self.collect_features and len(self.features) < keep:
             # Positions cached while no drafter wanted features have none: they are computed again.
             keep = len(self.features)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from codespec.engine import CancelToken, Engine
-from codespec.runtimes import Runtime, _distinct_tokens
+from codespec.runtimes import Runtime, distinct_tokens
 from codespec.runtimes.llamacpp import LlamaCppRuntime
 from codespec.runtimes.torch_runtime import TorchRuntime
 from codespec.tiny import tiny_model, tiny_tokenizer
@@ -103,9 +103,9 @@ def test_a_full_kv_memory_drops_other_places_instead_of_failing(tiny_gguf):
         runtime.close()
 
 
-def test_distinct_tokens_counts_shared_prefixes_once():
-    assert _distinct_tokens([[1, 2, 3], [1, 2, 4, 5], [9]]) == 3 + 2 + 1
-    assert _distinct_tokens([[], [1]]) == 1
+def testdistinct_tokens_counts_shared_prefixes_once():
+    assert distinct_tokens([[1, 2, 3], [1, 2, 4, 5], [9]]) == 3 + 2 + 1
+    assert distinct_tokens([[], [1]]) == 1
 
 
 def test_engine_output_after_jumps_equals_plain_greedy_cold(target):
@@ -151,3 +151,20 @@ def test_a_cancelled_prefill_keeps_the_chunks_done(target):
     result = engine.generate(prompt, max_new_tokens=8)
     assert result.stats.reused_tokens == 48
     assert result.token_ids == reference_greedy(target.model, prompt, 8, set())
+
+
+def test_work_ahead_of_time_continues_its_own_slot_and_keeps_the_places():
+    runtime = TorchRuntime(tiny_model(0), slots=4)
+    fill(runtime, PLACE_A)  # a request's place
+    for window in ([23 + (3 * i) % 200 for i in range(80)], [24 + (17 * i) % 200 for i in range(80)]):
+        ahead = SHARED + window  # a new block's prompt, prefilled in idle time, then another one
+        keep = runtime.sync(ahead, place=False)
+        runtime.forward(ahead[keep:], logits=1)
+    # The second prefill ahead continued the first one's slot: one slot for the place, one for the work.
+    assert len(runtime.slots) == 2
+    assert runtime.cached_prefix(PLACE_A) == len(PLACE_A)
+    assert [slot.place for slot in runtime.slots] == [True, False]
+    # A request there makes it a place, kept when the next prompt goes elsewhere.
+    fill(runtime, ahead + [5])
+    fill(runtime, PLACE_B)
+    assert runtime.cached_prefix(ahead) == len(ahead) and runtime.cached_prefix(PLACE_A) == len(PLACE_A)
