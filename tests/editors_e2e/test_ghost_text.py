@@ -38,6 +38,7 @@ def test_ghost_text_is_the_answer_and_tab_inserts_exactly_it(open_vscode: OpenVS
     commands = wait_for(tap.client_commands, "the accept command")
     assert [c["command"] for c in commands] == ["codespec.accept"]
     assert wait_for(lambda: tap.stats()["accepted"] == 1, "the server to count the acceptance")
+    assert tap.stats()["errors"] == 0 and vscode.extension_host_errors() == []
 
 
 def test_typing_along_keeps_the_suggestion_and_tab_inserts_the_rest(open_vscode: OpenVSCode, tap: TapClient) -> None:

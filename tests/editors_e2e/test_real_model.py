@@ -79,4 +79,4 @@ def test_the_bundled_model_suggests_real_code(open_vscode: OpenVSCode) -> None:
     vscode.run_command("codespec: Show Stats")
     summary = wait_for(lambda: [m for m in vscode.notifications() if m.startswith("latency p50")], "the stats summary")
     assert "model bundled:qwen2.5-coder-1.5b" in summary[0] and "1 accepted" in summary[0], summary
-    assert vscode.server.extension_host_errors() == []
+    assert vscode.extension_host_errors() == []

@@ -178,11 +178,6 @@ class CodeServer:
     def exthost_logs(self) -> list[Path]:
         return sorted(self.user_data.glob("logs/*/exthost*/remoteexthost.log"))
 
-    def extension_host_errors(self) -> list[str]:
-        """Error lines about codespec in the extension hosts' logs (an exception in the extension lands there)."""
-        return [line for path in self.exthost_logs() for line in path.read_text(errors="replace").splitlines()
-                if "[error]" in line and "codespec" in line]
-
     def codespec_output(self) -> str:
         """The extension's `codespec` output channel (a log channel: a file per window) of the latest window."""
         logs = sorted(self.user_data.glob("logs/*/exthost*/**/*codespec*.log"), key=lambda path: path.stat().st_mtime)
@@ -272,6 +267,7 @@ class Workbench:
 
     def __init__(self, browser: Browser, server: CodeServer, folder: Path) -> None:
         self.server, self.folder = server, folder
+        self.earlier_logs = set(server.exthost_logs())  # other windows' extension hosts
         self.context = browser.new_context(viewport={"width": 1280, "height": 800}, device_scale_factor=1)
         self.context.add_init_script(INSTRUMENT_JS)
         self.page: Page = self.context.new_page()
@@ -287,6 +283,13 @@ class Workbench:
 
     def close(self) -> None:
         self.context.close()
+
+    def extension_host_errors(self) -> list[str]:
+        """Error lines about codespec in this window's extension host log (where an exception thrown by the
+        extension, or by a provider of the extension, is logged)."""
+        logs = [path for path in self.server.exthost_logs() if path not in self.earlier_logs]
+        return [line for path in logs for line in path.read_text(errors="replace").splitlines()
+                if "[error]" in line and "codespec" in line]
 
     # --- what the user sees -------------------------------------------------------------------------
     def status_item(self):

@@ -13,7 +13,7 @@ import {
 } from "vscode-languageclient/node";
 
 import { CodespecSettings, initializationOptions, readSettings, SERVER_SETTINGS, serverLaunch } from "./config";
-import { RESTART_FAILED_MESSAGE, ServerWatch, startFailureMessage } from "./lifecycle";
+import { failedAnswerMessage, RESTART_FAILED_MESSAGE, ServerWatch, startFailureMessage } from "./lifecycle";
 import { ServerStats, STATS_METHOD, statsSummary, statusText } from "./stats";
 import { isPartialCompletion, PARTIAL_METHOD, placeKey, StreamingRequests } from "./streaming";
 
@@ -27,6 +27,7 @@ let lastStats: ServerStats | undefined;
 let output: vscode.LogOutputChannel;
 let streaming: StreamingRequests<InlineResult> | undefined;
 let serverFailed = false; // not running, and not about to be: the status bar says so
+let watch = new ServerWatch(); // the current client's
 
 /** The language client, whose own error pop-ups become output-channel lines: the extension says what went
  * wrong itself, once per failure (lifecycle.ts), instead of the client's several messages per failure. */
@@ -59,12 +60,12 @@ function provideInline(
   ) => vscode.ProviderResult<InlineResult>,
 ): vscode.ProviderResult<InlineResult> {
   if (!settings.enabled) return null;
-  if (!settings.streaming) return next(document, position, context, token);
+  if (!settings.streaming) return guard(next(document, position, context, token));
   streaming ??= new StreamingRequests<InlineResult>();
   const answer = streaming.provide(placeKey(document.uri.toString(), document.version, position), () => {
     // Our own cancellation: a re-trigger must not cancel the generation it is streaming.
     const source = new vscode.CancellationTokenSource();
-    const promise = Promise.resolve(next(document, position, context, source.token)).finally(() => source.dispose());
+    const promise = guard(next(document, position, context, source.token)).finally(() => source.dispose());
     return { promise, cancel: () => source.cancel() };
   });
   if ("partial" in answer) {
@@ -73,10 +74,21 @@ function provideInline(
   return answer.result;
 }
 
+/** A request that failed (the server's error, or an answer that is no inline completion) shows nothing: said
+ * once, logged every time, never thrown into VS Code (which would log it as the provider failing). */
+function guard(result: vscode.ProviderResult<InlineResult>): Promise<InlineResult> {
+  return Promise.resolve(result).catch((error: unknown) => {
+    output.warn(`inline completion failed: ${error instanceof Error ? error.message : String(error)}`);
+    const message = watch.once(failedAnswerMessage(error));
+    if (message) report(message);
+    return null;
+  });
+}
+
 function createClient(): LanguageClient {
   const launch = serverLaunch(settings);
   const serverOptions: ServerOptions = { command: launch.command, args: launch.args, options: { env: process.env } };
-  const watch = new ServerWatch();
+  watch = new ServerWatch();
   // A restart the client makes after a crash: "pending" until it starts, then "starting" until it runs.
   let restart: "none" | "pending" | "starting" = "none";
   const clientOptions: LanguageClientOptions = {

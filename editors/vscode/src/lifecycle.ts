@@ -21,7 +21,7 @@ export interface ErrorDecision {
 /** One per language client: its crashes and malformed messages. */
 export class ServerWatch {
   private stops: number[] = [];
-  private malformedReported = false;
+  private troubleReported = false;
 
   constructor(private readonly now: () => number = Date.now) {}
 
@@ -46,9 +46,16 @@ export class ServerWatch {
     if (!(count && count <= MAX_CONNECTION_ERRORS)) {
       return { shutdown: true, message: `codespec: the server keeps sending malformed messages and was stopped; ${OUTPUT_HINT}.` };
     }
-    if (this.malformedReported) return { shutdown: false };
-    this.malformedReported = true;
-    return { shutdown: false, message: `codespec: the server sent a malformed message (ignored); ${OUTPUT_HINT}.` };
+    const message = this.once(`codespec: the server sent a malformed message (ignored); ${OUTPUT_HINT}.`);
+    return message ? { shutdown: false, message } : { shutdown: false };
+  }
+
+  /** `message` if no trouble with the server's messages or answers was reported yet (one message per server:
+   * a server that answers garbage does so on every keystroke). */
+  once(message: string): string | undefined {
+    if (this.troubleReported) return undefined;
+    this.troubleReported = true;
+    return message;
   }
 }
 
@@ -63,4 +70,12 @@ export function startFailureMessage(command: string, error: unknown): string {
   else if (/EACCES/.test(text)) reason = "not executable";
   else if (/connection got disposed|connection.*closed/i.test(text)) reason = "it exited during start-up";
   return `codespec: could not start the server \`${command}\` (${reason}). Set "codespec.server.path" to the codespec executable (and "codespec.server.args"); ${OUTPUT_HINT}.`;
+}
+
+/** An inline completion request that failed: the server's error, or an answer that is not an inline completion. */
+export function failedAnswerMessage(error: unknown): string {
+  const text = (error instanceof Error ? error.message : String(error)).slice(0, 200);
+  const code = (error as { code?: unknown } | undefined)?.code;
+  const what = typeof code === "number" ? `the server answered error ${code}: ${text}` : `its answer is not an inline completion: ${text}`;
+  return `codespec: a suggestion request failed (${what}); nothing is shown for it, and later failures are only logged; ${OUTPUT_HINT}.`;
 }

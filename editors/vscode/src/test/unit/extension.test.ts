@@ -202,6 +202,15 @@ test("without streaming the middleware passes VS Code's request through", async 
   assert.equal(calls.length, 1);
 });
 
+test("a failed request shows nothing and is said once", async () => {
+  messages.length = 0;
+  const failing = () => Promise.reject(new Error("items is not iterable"));
+  assert.equal(await provide(undefined, 3, failing).result, null);
+  assert.equal(await provide(undefined, 3, failing).result, null);
+  assert.equal(messages.length, 1, messages.join("\n"));
+  assert.match(messages[0], /a suggestion request failed \(its answer is not an inline completion: items is not iterable\)/);
+});
+
 test("toggle turns suggestions off (no request) and on again", async () => {
   await commands.get("codespec.toggle")!();
   assert.equal(settingsValues.enabled, false);

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { MAX_RESTARTS, RESTART_WINDOW_MS, ServerWatch, startFailureMessage } from "../../lifecycle";
+import { failedAnswerMessage, MAX_RESTARTS, RESTART_WINDOW_MS, ServerWatch, startFailureMessage } from "../../lifecycle";
 
 test("a running server that stops is restarted, with one message per stop, up to MAX_RESTARTS in the window", () => {
   let now = 0;
@@ -29,6 +29,8 @@ test("malformed messages: reported once, shut down after too many in a row", () 
   assert.deepEqual(watch.connectionError(2), { shutdown: false });
   assert.equal(watch.connectionError(3).shutdown, false);
   assert.equal(watch.connectionError(4).shutdown, true);
+  assert.equal(watch.once("a failed answer"), undefined, "one message about the server's trouble");
+  assert.equal(new ServerWatch().once("a failed answer"), "a failed answer");
 });
 
 test("start failures in words", () => {
@@ -38,4 +40,10 @@ test("start failures in words", () => {
   assert.match(startFailureMessage("p", new Error("Pending response rejected since connection got disposed")),
     /\(it exited during start-up\)/);
   assert.match(startFailureMessage("p", new Error("EACCES")), /\(not executable\)/);
+});
+
+test("failed requests in words: the server's error, or an answer that is no inline completion", () => {
+  const serverError = Object.assign(new Error("model failed"), { code: -32603 });
+  assert.match(failedAnswerMessage(serverError), /\(the server answered error -32603: model failed\)/);
+  assert.match(failedAnswerMessage(new TypeError("x is undefined")), /\(its answer is not an inline completion: x is undefined\)/);
 });
