@@ -1,6 +1,7 @@
 """The extension's own behaviour in a real VS Code: the status bar, the settings that reach the server, the
 server killed, a bad server path, a server that fails at start or answers garbage, a document edited while a
-suggestion is on screen. The server is real (tiny random model) unless the test is about a broken one."""
+suggestion is on screen, two windows on the same file. The server is real (tiny random model) unless the test
+is about a broken one."""
 
 from __future__ import annotations
 
@@ -11,12 +12,15 @@ import sys
 import time
 
 import pytest
+from playwright.sync_api import Browser
 
 from tests.editors_e2e.fixtures import OpenVSCode, tiny_settings
 from tests.editors_e2e.workbench import (
     FAKE_SERVER,
     SERVER_WAIT_S,
+    CodeServer,
     TapClient,
+    Workbench,
     as_rendered,
     wait_for,
     write_settings,
@@ -166,3 +170,41 @@ def test_a_document_edited_under_the_suggestion(open_vscode: OpenVSCode, tap: Ta
         assert text == base + answer
     # The suggestion shown before the edit was never inserted on its own.
     assert stale not in text[len(base):] or (ghost is not None and as_rendered(stale) == ghost)
+
+
+def test_two_windows_on_the_same_file(open_vscode: OpenVSCode, tap: TapClient, browser: Browser,
+                                      code_server: CodeServer) -> None:
+    first = open_vscode({"geometry.py": PYTHON}, tiny_settings(tap))
+    first.open_file("geometry.py")
+    first.type(TYPED)
+    answer = shown_answer(first, tap)
+    first.press("Tab")
+    expected = PYTHON + TYPED + answer
+    assert first.saved_text("geometry.py") == expected
+    # A second window (its own extension host and server) on the same folder: it sees the saved file.
+    second = Workbench(browser, code_server, first.folder)
+    try:
+        second.open()
+        second.open_file("geometry.py")
+        second.press("Enter")
+        second.type("    total = ")
+        ghost = second.wait_ghost(SERVER_WAIT_S)
+        second_answer = wait_for(lambda: (t := tap.answered_texts()) and as_rendered(t[-1]) == ghost and t[-1],
+                                 "the second window's ghost text to be its server's answer", 5)
+        second.press("Tab")
+        text = second.saved_text("geometry.py")
+        assert text.startswith(expected + "\n") and text.endswith("total = " + second_answer), text
+        assert second.extension_host_errors() == []
+    finally:
+        second.close()
+    # The first window took the file from disk (it had no unsaved change): Tab there inserts nothing twice.
+    wait_for(lambda: first.page.locator(".view-lines").inner_text().replace("\u00a0", " ").count("total = ") == 1,
+             "the first window to show the second window's edit")
+    first.press("Control+End")
+    first.type("\n    done = ")
+    ghost = first.wait_ghost(SERVER_WAIT_S)
+    third = wait_for(lambda: (t := tap.answered_texts()) and as_rendered(t[-1]) == ghost and t[-1], "the answer", 5)
+    first.press("Tab")
+    final = first.saved_text("geometry.py")
+    assert final.startswith(text + "\n") and final.endswith("done = " + third), final
+    assert final.count(answer) == text.count(answer) and first.extension_host_errors() == []
