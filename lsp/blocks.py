@@ -88,7 +88,8 @@ class BlockPlanner:
             self.pinned.move_to_end(uri)
         if _local(engine):
             return block if block is not None else COLD
-        if block is None or doc.edit_count - block.edit_count > REMOTE_REFRESH_EDITS or not block.covers(line):
+        stale = doc.edit_count - block.edit_count > REMOTE_REFRESH_EDITS if block is not None else True
+        if stale or not block.at_hole(line, doc.line_count):
             return None  # build_context makes one from the document now; `remember` pins it
         return block
 
@@ -118,7 +119,7 @@ class BlockPlanner:
     def idle_job(self, doc: Any, position: tuple[int, int], engine: Any,
                  build: Callable[[Any, tuple[int, int], Any], Any]) -> IdleJob | None:
         """The work worth doing now for the document the user is in, or None: a new block when the document
-        changed since its block was made (or the cursor left a large file's block), else the current block's
+        changed since its block was made or the cursor left the block's hole, else the current block's
         prompt at the cursor when its KV is not cached."""
         from codespec.engine import CancelToken
 
@@ -126,7 +127,7 @@ class BlockPlanner:
             return None
         uri, line = doc.uri, position[0]
         block = self.pinned.get(uri)
-        fresh = block is None or block.edit_count != doc.edit_count or not block.covers(line)
+        fresh = block is None or block.edit_count != doc.edit_count or not block.at_hole(line, doc.line_count)
         if fresh:
             ctx = build(doc, position, None)  # None: a block made from the document as it is now
             if ctx.mode == "none" or ctx.block is None:

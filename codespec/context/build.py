@@ -26,7 +26,7 @@ from urllib.parse import unquote, urlparse
 
 from transformers import PreTrainedTokenizerBase
 
-from codespec.context.block import DEFAULT_BUDGET, FileBlock, block_title, make_block, repo_name_of
+from codespec.context.block import DEFAULT_BUDGET, FileBlock, block_sections, make_block, repo_name_of
 from codespec.context.document import Document
 from codespec.context.languages import (
     IMPORT_LINE_PATTERNS,
@@ -671,7 +671,7 @@ def _anchored(ctx: CompletionContext, doc: Document, line: int, tokens: TokenCac
     keeps every token before the line prefix until the window outgrows its budget."""
     if block is None:
         block = make_block(doc, line, tokens, config.block_tokens,
-                           _neighbours(doc, line, other_docs, cache, tokens, config))
+                           _neighbours(doc, line, other_docs, cache, tokens, config), hole_tokens=config.window_tokens)
     elif block is COLD:
         block = None
     line_prefix = ctx.line_prefix[-4 * config.window_tokens :]
@@ -719,15 +719,18 @@ def assemble_anchored(template: FimTemplate, tokens: TokenCache, doc: Document, 
         for snippet in block.neighbours:
             special(template.file_sep)
             plain(f"{snippet.path}\n{snippet.text}\n")
-        special(template.file_sep)
-        plain(f"{block_title(path, block)}\n{block.text}\n")
+        for title, text in block_sections(path, block):
+            special(template.file_sep)
+            plain(f"{title}\n{text}\n")
         special(template.file_sep)
         plain(path + "\n")
     elif block is not None:
         comment = info.line_comment
         pinned = render_snippets_as_comments(block.neighbours, comment) if block.neighbours else ""
-        body = "\n".join(f"{comment} {text}" if text else comment for text in block.text.split("\n"))
-        plain(pinned + f"{comment} Path: {block_title(path, block)}\n{body}\n")
+        for title, text in block_sections(path, block):
+            body = "\n".join(f"{comment} {line}" if line else comment for line in text.split("\n"))
+            pinned += f"{comment} Path: {title}\n{body}\n"
+        plain(pinned)
     pinned_tokens = len(ids)
     special(template.suffix if template.suffix_first else template.prefix)
     if template.suffix_first:

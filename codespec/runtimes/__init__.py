@@ -86,8 +86,9 @@ class Runtime(ABC):
     vocab_size: int = 0
     max_slots: int = 1
     # A slot whose prompt goes on for more than this past the shared prefix is another place, kept: typing
-    # at the cursor changes only the tokens after it (the rest of the line and the FIM markers, a few dozen).
-    fork_min_tokens: int = 48
+    # at the cursor changes only the tokens after it (the rest of the line and the FIM markers, a handful);
+    # a jump changes the cursor window (48 tokens or more, codespec/context/block.py).
+    fork_min_tokens: int = 24
 
     def __init__(self) -> None:
         self.slots: list[Slot] = [Slot()]

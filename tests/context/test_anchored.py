@@ -12,7 +12,7 @@ from codespec.context.block import (
     DEFAULT_BUDGET,
     MAX_WINDOW_TOKENS,
     MIN_WINDOW_TOKENS,
-    block_title,
+    block_sections,
     make_block,
     prompt_budget,
 )
@@ -35,15 +35,34 @@ def build(doc: Document, line: int, character: int, config=ANCHORED, **kwargs):
 
 def test_anchored_prompt_pieces() -> None:
     ctx = context_at(SOURCE, config=ANCHORED)
-    whole = SOURCE.replace("┃", "")  # the file as it is, then the line break that ends the section
+    # The window shows the lines above the cursor (all of them here): the block holds the lines below.
     assert ctx.prompt == (
-        "<|repo_name|>proj\n<|file_sep|>proj/t.python\n" + whole + "\n"
+        "<|repo_name|>proj\n<|file_sep|>proj/t.python (below the cursor)\n\nprint(add(1, 2))\n\n"
         "<|file_sep|>proj/t.python\n"
         "<|fim_prefix|>import os\n\n\ndef add(a, b):\n    return <|fim_suffix|>\n<|fim_middle|>"
     )
     assert ctx.layout == "anchored" and ctx.block is not None and ctx.block.whole_file
+    assert (ctx.block.hole_start, ctx.block.hole_end) == (0, 5)
     # The pinned part ends right before the FIM prefix marker.
     assert ctx.prompt_ids[ctx.pinned_tokens] == PREFIX_ID
+
+
+def test_the_block_leaves_out_the_lines_the_window_shows() -> None:
+    source = (STDLIB / "colorsys.py").read_text()
+    at = source.index("def hls_to_rgb(h, l, s):\n") + len("def hls_to_rgb(h, l, s):\n")
+    text = source[:at] + "    \n" + source[at:]  # a new line in the body, the cursor after its indentation
+    doc = Document("file:///w/colorsys.py", "python", text)
+    row = doc.line_of(at) - 1
+    ctx = build(doc, row + 1, 4)
+    block = ctx.block
+    assert block.whole_file and 0 < block.hole_start < row + 1 < block.hole_end == row + 2
+    window_lines = [doc.line_text(r) for r in range(ctx.window_start_line, row + 1)]
+    assert block.hole_start <= ctx.window_start_line  # the window lies inside the hole
+    assert "def hls_to_rgb(h, l, s):" not in block.above + block.below
+    assert all(line in text for line in window_lines)
+    # Typing there keeps the cursor in the hole (lines typed move its end down); elsewhere it is not.
+    assert block.at_hole(row + 1, doc.line_count) and block.at_hole(row + 4, doc.line_count + 3)
+    assert not block.at_hole(row + 4, doc.line_count) and not block.at_hole(block.hole_start - 1, doc.line_count)
 
 
 def test_cold_prompt_is_the_cursor_window_alone() -> None:
@@ -55,7 +74,7 @@ def test_cold_prompt_is_the_cursor_window_alone() -> None:
 def test_a_jump_keeps_every_pinned_token_and_the_window_is_bounded() -> None:
     text = (STDLIB / "colorsys.py").read_text()
     doc = Document("file:///w/colorsys.py", "python", text)
-    block = make_block(doc, 10, _tokens(), 4096)
+    block = make_block(doc, 10, _tokens(), 4096, hole_tokens=64)
     lines = [row for row in range(doc.line_count) if doc.line_text(row).startswith("    ")]
     prompts = [build(doc, row, len(doc.line_text(row)), block=block) for row in lines[::10]]
     prompts = [ctx for ctx in prompts if ctx.mode != "none"]
@@ -74,7 +93,7 @@ def test_typing_keeps_every_token_before_the_line_prefix() -> None:
     typed = "    rangec = (maxc - minc)\n    if not rangec:\n        return"
     cache = ContextCache()
     doc = Document("file:///w/colorsys.py", "python", text[:offset] + "\n" + text[offset:])
-    block = make_block(doc, doc.line_of(offset), _tokens(), 4096)
+    block = make_block(doc, doc.line_of(offset), _tokens(), 4096, hole_tokens=64)
     previous = None
     shared = []
     for i in range(1, len(typed) + 1):
@@ -95,12 +114,14 @@ def test_typing_keeps_every_token_before_the_line_prefix() -> None:
 def test_a_large_file_block_holds_the_lines_around_the_snapshot_cursor() -> None:
     text = (STDLIB / "argparse.py").read_text()
     doc = Document("file:///w/argparse.py", "python", text)
-    block = make_block(doc, 1500, _tokens(), 1024)
-    assert not block.whole_file and block.covers(1500) and block.first_line < 1500 < block.last_line
-    above, below = 1500 - block.first_line, block.last_line - 1500
+    block = make_block(doc, 1500, _tokens(), 1024, hole_tokens=64)
+    assert not block.whole_file and block.first_line < block.hole_start <= 1500 < block.hole_end <= block.last_line
+    above, below = block.hole_start - block.first_line, block.last_line - block.hole_end
     assert above > below  # most of it above the cursor
-    assert sum(_tokens().count_line(doc.line_text(r)) for r in range(block.first_line, block.last_line)) <= 1024
-    assert block_title("w/argparse.py", block) == f"w/argparse.py (lines {block.first_line + 1}-{block.last_line})"
+    shown = [*range(block.first_line, block.hole_start), *range(block.hole_end, block.last_line)]
+    assert sum(_tokens().count_line(doc.line_text(r)) for r in shown) <= 1024
+    titles = [title for title, _ in block_sections("w/argparse.py", block)]
+    assert titles == [f"w/argparse.py (lines {block.first_line + 1}-{block.hole_start})", "w/argparse.py (below the cursor)"]
 
 
 def test_budget_follows_the_prefill_speed() -> None:
