@@ -128,15 +128,13 @@ class BlockPlanner:
         uri, line = doc.uri, position[0]
         block = self.pinned.get(uri)
         fresh = block is None or block.edit_count != doc.edit_count or not block.at_hole(line, doc.line_count)
-        if fresh:
-            ctx = build(doc, position, None)  # None: a block made from the document as it is now
-            if ctx.mode == "none" or ctx.block is None:
-                ctx, block_made = None, None
-            else:
-                block_made = ctx.block
-        else:
-            ctx, block_made = build(doc, position, block), None
-        if ctx is None or ctx.mode == "none" or not ctx.prompt_ids:
+        ctx = build(doc, position, None if fresh else block)  # None: a block made from the document now
+        if ctx.mode == "none" and 0 <= line < doc.line_count:
+            # No suggestion there (e.g. inside a word): the prompt at the end of the line has the same block.
+            end = doc.position_at(doc.line_start(line) + len(doc.line_text(line)))
+            ctx = build(doc, end, None if fresh else block)
+        block_made = ctx.block if fresh and ctx.mode != "none" else None
+        if ctx.mode == "none" or not ctx.prompt_ids:
             return None
         if engine.cached_prefix(ctx.prompt_ids) >= len(ctx.prompt_ids) - 1:
             if block_made is not None:

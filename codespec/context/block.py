@@ -27,7 +27,7 @@ BLOCK_REFRESH_S = 10.0
 MIN_WINDOW_TOKENS, MAX_WINDOW_TOKENS = 48, 512
 MIN_BLOCK_TOKENS, MAX_BLOCK_TOKENS = 256, 3072
 # Idle-time prefill runs in chunks a request may have to wait for: the largest measured forward within this.
-IDLE_CHUNK_S = 0.25
+IDLE_CHUNK_S = 0.35
 DEFAULT_IDLE_CHUNK = 16
 # Share of the block budget for other files' snippets (the rest is the current file).
 NEIGHBOUR_SHARE = 0.25
