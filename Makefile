@@ -71,7 +71,8 @@ bench: fetch llama-server
 		--modes plain,hf-greedy,hf-lookup,lookup --out docs
 	$(VENV)/bin/codespec bench generate --model bundled:qwen2.5-coder-1.5b --draft-model bundled:qwen2.5-coder-0.5b \
 		--n 3 --max-tokens 48 --modes plain,hf-lookup,hf-assisted,lookup,model,both --out docs
-	$(VENV)/bin/codespec bench replay --count 4 --llama-vim --no-cold --threads 2 --out docs \
+	$(VENV)/bin/codespec bench replay tests/sessions/nav --count 10 --llama-vim --no-cold --also-layout near-suffix \
+		--threads 2 --out docs \
 		--markdown docs/benchmarks.md
 
 # Reliability (docs/reliability.md): bounded runs against the real `codespec serve --stdio` with the

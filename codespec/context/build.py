@@ -679,7 +679,9 @@ def _anchored(ctx: CompletionContext, doc: Document, line: int, tokens: TokenCac
     if config.heal_whitespace:
         kept = line_prefix.rstrip(" \t")
         ctx.healed, line_prefix = line_prefix[len(kept) :], kept
-    budget = max(config.window_tokens - tokens.count_line(line_prefix), 0)
+    # The lines above get the whole budget, whatever the cursor line holds: typing on the line then never
+    # moves the window's start (only lines added above it can, by half the budget at a time).
+    budget = config.window_tokens
     step_chars = max(64, int(config.window_tokens * config.anchored_step_fraction * _chars_per_token(tokens)))
     start, _ = choose_window(doc, line, budget, step_chars, tokens, lambda row: ("", 0))
     window = "".join(doc.line_text(row) + "\n" for row in range(start, line))
