@@ -488,12 +488,6 @@ def _lines_within(doc: Document, start: int, budget: int, tokens: TokenCache) ->
     return parts
 
 
-def render_far_suffix_as_comments(far: str, path: str, comment: str) -> str:
-    """The far suffix for templates without a repository format: a commented block."""
-    body = "\n".join(f"{comment} {line}" if line else comment for line in far.split("\n"))
-    return f"{comment} Path: {path} (below the cursor)\n{body}\n"
-
-
 def _next_nonblank(doc: Document, line: int) -> str:
     for following in range(line + 1, min(line + 64, doc.line_count)):
         text = doc.line_text(following)
@@ -697,57 +691,72 @@ def _anchored(ctx: CompletionContext, doc: Document, line: int, tokens: TokenCac
     return ctx
 
 
+class PromptWriter:
+    """A prompt built piece by piece: special markers by id, document text tokenized (and memoised) per piece."""
+
+    def __init__(self, tokens: TokenCache) -> None:
+        self.tokens = tokens
+        self.texts: list[str] = []
+        self.ids: list[int] = []
+
+    def special(self, marker: str | None) -> None:
+        if marker:
+            self.texts.append(" " + marker[1:] if marker.startswith("▁") else marker)  # sentencepiece space
+            self.ids.extend(self.tokens.special(marker))
+
+    def plain(self, text: str) -> None:
+        if text:
+            self.texts.append(text)
+            self.ids.extend(self.tokens.encode(text))
+
+    def fim(self, template: FimTemplate, prefix_pieces: Sequence[str], suffix: str) -> tuple[str, list[int]]:
+        """The FIM part (in the template's order) after what was written; returns the whole prompt."""
+        if template.suffix_first:
+            self.special(template.suffix)
+            self.plain(suffix)
+        self.special(template.prefix)
+        for piece in prefix_pieces:
+            self.plain(piece)
+        if not template.suffix_first:
+            self.special(template.suffix)
+            self.plain(suffix)
+        self.special(template.middle)
+        return "".join(self.texts), self.ids
+
+
+def as_comments(title: str, text: str, comment: str) -> str:
+    """A file section for templates without a repository format: a commented block."""
+    body = "\n".join(f"{comment} {line}" if line else comment for line in text.split("\n"))
+    return f"{comment} Path: {title}\n{body}\n"
+
+
 def assemble_anchored(template: FimTemplate, tokens: TokenCache, doc: Document, block: FileBlock | None,
                       prefix_pieces: Sequence[str], suffix: str, info: LanguageInfo,
                       config: ContextConfig) -> tuple[str, list[int], int]:
     """The anchored prompt's text, ids and how many ids come before the cursor window (the pinned part:
     a function of the block and the file's path only)."""
-    texts: list[str] = []
-    ids: list[int] = []
-
-    def special(marker: str | None) -> None:
-        if marker:
-            texts.append(" " + marker[1:] if marker.startswith("▁") else marker)
-            ids.extend(tokens.special(marker))
-
-    def plain(text: str) -> None:
-        if text:
-            texts.append(text)
-            ids.extend(tokens.encode(text))
-
+    out = PromptWriter(tokens)
     path = display_path(doc.uri)
     if block is not None and not (block.neighbours or block.above or block.below):
         block = None  # nothing to pin (a file that fits in the window): the prompt is the window alone
     if block is not None and template.file_sep:
-        special(template.repo_name)
-        plain(repo_name_of(uri_to_path(doc.uri), config.repo_name) + "\n")
+        out.special(template.repo_name)
+        out.plain(repo_name_of(uri_to_path(doc.uri), config.repo_name) + "\n")
         for snippet in block.neighbours:
-            special(template.file_sep)
-            plain(f"{snippet.path}\n{snippet.text}\n")
+            out.special(template.file_sep)
+            out.plain(f"{snippet.path}\n{snippet.text}\n")
         for title, text in block_sections(path, block):
-            special(template.file_sep)
-            plain(f"{title}\n{text}\n")
-        special(template.file_sep)
-        plain(path + "\n")
+            out.special(template.file_sep)
+            out.plain(f"{title}\n{text}\n")
+        out.special(template.file_sep)
+        out.plain(path + "\n")
     elif block is not None:
         comment = info.line_comment
         pinned = render_snippets_as_comments(block.neighbours, comment) if block.neighbours else ""
-        for title, text in block_sections(path, block):
-            body = "\n".join(f"{comment} {line}" if line else comment for line in text.split("\n"))
-            pinned += f"{comment} Path: {title}\n{body}\n"
-        plain(pinned)
-    pinned_tokens = len(ids)
-    special(template.suffix if template.suffix_first else template.prefix)
-    if template.suffix_first:
-        plain(suffix)
-        special(template.prefix)
-    for piece in prefix_pieces:
-        plain(piece)
-    if not template.suffix_first:
-        special(template.suffix)
-        plain(suffix)
-    special(template.middle)
-    return "".join(texts), ids, pinned_tokens
+        out.plain(pinned + "".join(as_comments(title, text, comment) for title, text in block_sections(path, block)))
+    pinned_tokens = len(out.ids)
+    text, ids = out.fim(template, prefix_pieces, suffix)
+    return text, ids, pinned_tokens
 
 
 def _neighbours(doc, line, other_docs, cache: ContextCache, tokens: TokenCache, config) -> list[Snippet]:
@@ -788,50 +797,26 @@ def assemble_prompt(
 ) -> tuple[str, list[int]]:
     """The prompt text and its ids; each piece is tokenized (and memoised) on its own. `far_suffix`
     (near-suffix layout) goes after the neighbour snippets, before the current file's section."""
-    texts: list[str] = []
-    ids: list[int] = []
-
-    def special(marker: str | None) -> None:
-        if marker:
-            texts.append(" " + marker[1:] if marker.startswith("▁") else marker)  # sentencepiece space
-            ids.extend(tokens.special(marker))
-
-    def plain(text: str) -> None:
-        if text:
-            texts.append(text)
-            ids.extend(tokens.encode(text))
-
+    out = PromptWriter(tokens)
     pieces = list(prefix_pieces)
     here = uri_to_path(doc.uri)
     if (neighbours or far_suffix) and template.file_sep:
-        special(template.repo_name)
-        plain((config.repo_name or os.path.basename(os.path.dirname(here)) or "repo") + "\n")
+        out.special(template.repo_name)
+        out.plain(repo_name_of(here, config.repo_name) + "\n")
         for snippet in neighbours:
-            special(template.file_sep)
-            plain(f"{snippet.path}\n{snippet.text}\n")
+            out.special(template.file_sep)
+            out.plain(f"{snippet.path}\n{snippet.text}\n")
         if far_suffix:
-            special(template.file_sep)
-            plain(f"{display_path(doc.uri)} (below the cursor)\n{far_suffix}\n")
-        special(template.file_sep)
-        plain(display_path(doc.uri) + "\n")
+            out.special(template.file_sep)
+            out.plain(f"{display_path(doc.uri)} (below the cursor)\n{far_suffix}\n")
+        out.special(template.file_sep)
+        out.plain(display_path(doc.uri) + "\n")
     elif neighbours or far_suffix:
         comments = render_snippets_as_comments(neighbours, info.line_comment) if neighbours else ""
         if far_suffix:
-            comments += render_far_suffix_as_comments(far_suffix, display_path(doc.uri), info.line_comment)
+            comments += as_comments(f"{display_path(doc.uri)} (below the cursor)", far_suffix, info.line_comment)
         pieces.insert(0, comments)
-    if template.suffix_first:
-        special(template.suffix)
-        plain(suffix)
-        special(template.prefix)
-    else:
-        special(template.prefix)
-    for piece in pieces:
-        plain(piece)
-    if not template.suffix_first:
-        special(template.suffix)
-        plain(suffix)
-    special(template.middle)
-    return "".join(texts), ids
+    return out.fim(template, pieces, suffix)
 
 
 def _extra_streams(doc, other_docs, recent_completions, cache: ContextCache, tokens: TokenCache, config):
