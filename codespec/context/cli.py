@@ -186,7 +186,8 @@ def register(subparsers: Any, name: str, help: str) -> None:  # noqa: A002 (the 
     parser.add_argument("--budget", type=int, default=1536, help="prompt tokens for the current file")
     parser.add_argument("--max-lines", type=int, default=16, help="most lines of a block completion")
     parser.add_argument(
-        "--layout", choices=["psm", "near-suffix"], help="FIM prompt layout (default: ContextConfig's)"
+        "--layout", choices=["psm", "near-suffix", "anchored"],  # codespec.context.build.LAYOUTS, not imported
+        help="FIM prompt layout (default: ContextConfig's, anchored: the file's block made at this cursor)",
     )
     parser.add_argument("--near-lines", type=int, help="near-suffix layout: lines after the cursor line")
     if name == "complete":
