@@ -145,11 +145,15 @@ class Runtime(ABC):
             self.slots.append(Slot())
             return len(self.slots) - 1
         index = min((i for i in range(len(self.slots)) if i != keep), key=lambda i: self.slots[i].used)
-        self._clear_slot(index)
-        del self.slots[index].tokens[:]
-        self.slots[index].prompt_len = 0
-        self.slots[index].place = False
+        self._empty(index)
         return index
+
+    def _empty(self, index: int) -> None:
+        """Empty slot `index` (not the active one), its KV and its bookkeeping."""
+        self._clear_slot(index)
+        slot = self.slots[index]
+        del slot.tokens[:]
+        slot.prompt_len, slot.place = 0, False
 
     def _activate(self, index: int) -> None:
         self._clock += 1
@@ -163,20 +167,16 @@ class Runtime(ABC):
         others = [i for i in range(len(self.slots)) if i != self.active and self.slots[i].tokens]
         if not others:
             return False
-        index = min(others, key=lambda i: self.slots[i].used)
-        self._clear_slot(index)
-        del self.slots[index].tokens[:]
-        self.slots[index].prompt_len = 0
+        self._empty(min(others, key=lambda i: self.slots[i].used))
         return True
 
     def reset(self) -> None:
         """Empty every slot."""
         for index in range(len(self.slots)):
             if index != self.active and self.slots[index].tokens:
-                self._clear_slot(index)
-                del self.slots[index].tokens[:]
-            self.slots[index].prompt_len = 0
+                self._empty(index)
         self.truncate(0)
+        self.slots[self.active].prompt_len, self.slots[self.active].place = 0, False
 
     def describe_slots(self) -> dict:
         """What the stats show of the cached prompts: tokens per slot, the tokens they hold together (shared

@@ -126,7 +126,10 @@ class LlamaCppRuntime(Runtime):
             raise CodespecError(f"token id {bad[0]} is outside the model's vocabulary of {self.vocab_size}")
         # Room for the batch: other places' slots go first, least recently used first (without this, llama.cpp
         # would log an error before refusing the batch; the refusal is still handled below).
-        while distinct_tokens([slot.tokens for slot in self.slots]) + n > self.memory_tokens and self.evict_one():
+        # (The sum of the slots' lengths bounds the cells they hold: the exact count only when it could be full.)
+        while (sum(len(slot.tokens) for slot in self.slots) + n > self.memory_tokens
+               and distinct_tokens([slot.tokens for slot in self.slots]) + n > self.memory_tokens
+               and self.evict_one()):
             pass
         batch, seq = self._batch, self.active
         for i, token in enumerate(tokens):
