@@ -23,6 +23,7 @@ from codespec.sessions.metrics import summarize
 from codespec.sessions.replay import Play, ReplayResult, ReplayServer
 
 SECTION = "## Shared engine load (replay --parallel)"
+MARKER = "bench-replay-parallel"  # --markdown rewrites only between <!-- MARKER:start/end --> in the file
 WARM = {"cache": True, "typingAlong": True, "earlyAnswer": True, "prefetch": True}
 
 
@@ -81,18 +82,31 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "each replay their share of them one after another, all N at once, against the one engine "
         f"({'at typing speed' if meta['speed'] == 1.0 else 'speed ' + str(meta['speed'])}). A pause: "
         f"{meta['pause_ms']:.0f} ms without a keystroke.", "",
-        "| developers at once | pauses | coverage | time to ghost text p50 / p90 ms | answer latency p50 / p90 ms "
-        "| requests | errors | missing | answered after cancel |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| developers at once | pauses | coverage | time to ghost text p50 / p90 ms | requests "
+        "| answered (items / null) | cancelled | answer latency p50 / p90 ms: answered; with items | errors | missing "
+        "| answered after cancel |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         pauses = row["pauses"]
         coverage = "-" if pauses["coverage"] is None else f"{100 * pauses['coverage']:.1f} %"
         ghost = pauses["time_to_ghost_ms"]
+        answered = f"{row['items'] + row['null']} ({row['items']} / {row['null']})"
+        items_ms = row.get("latency_items_ms", {})  # absent from rows written before it was kept
         lines.append(f"| {row['sessions']} | {pauses['count']} | {coverage} | {ms(ghost['p50'])} / {ms(ghost['p90'])} "
-                     f"| {ms(row['latency_ms']['p50'])} / {ms(row['latency_ms']['p90'])} | {row['requests']} | {row['errors']} | {row['missing']} | {row['answered_after_cancel']} |")
-    lines += ["", "Time to ghost text counts the covered pauses only (0: the text was already there, typed along); "
-              "answer latency is every answered request's, the engine's queue included.", f"Plot: [{Path(meta['plot']).name}]({Path(meta['plot']).name}).", ""]
+                     f"| {row['requests']} | {answered} | {row['cancelled']} "
+                     f"| {ms(row['latency_ms']['p50'])} / {ms(row['latency_ms']['p90'])}; "
+                     f"{ms(items_ms.get('p50'))} / {ms(items_ms.get('p90'))} | {row['errors']} "
+                     f"| {row['missing']} | {row['answered_after_cancel']} |")
+    plot_name = Path(meta["plot"]).name
+    lines += [
+        "", "Time to ghost text counts the covered pauses only (0: the text was already there, typed along). "
+        "Answer latency is that of the answered requests only (the engine's queue included): a request "
+        "superseded by the next keystroke before its answer is cancelled and leaves the sample (nulls, nothing to suggest here, are mostly instant), and more of "
+        "them are cancelled as the load grows, mostly the slow ones, so answer latency can fall with load "
+        "while coverage falls; read it beside the answered / cancelled counts.",
+        f"Plot: [{plot_name}]({plot_name}).", "",
+    ]
     return "\n".join(lines)
 
 
@@ -139,7 +153,8 @@ def start_engine(args: argparse.Namespace, slots: int) -> AbstractContextManager
 
 
 def run_parallel(args: argparse.Namespace) -> int:
-    from codespec.benchmarks.replay import pick_sessions, replace_section
+    from codespec.benchmarks.replay import pick_sessions
+    from codespec.benchmarks.report import portable, read_markdown, with_markdown_section
     from codespec.sessions.files import text_writer, write_all
     from codespec.sessions.replay import parse_speed
 
@@ -160,7 +175,7 @@ def run_parallel(args: argparse.Namespace) -> int:
             print(f"N={count}: coverage {row['pauses']['coverage']}, time to ghost text p50/p90 {ghost['p50']} / "
                   f"{ghost['p90']} ms, {row['requests']} requests, {row['errors']} errors, {row['missing']} missing",
                   flush=True)
-        engine_command = " ".join(str(part) for part in engine.command())
+        engine_command = portable(engine.command())
     plot_path = args.out / "bench-replay-parallel.png"
     meta = {
         "command": "codespec bench replay " + " ".join(sys.argv[3:]) if sys.argv[1:3] == ["bench", "replay"]
@@ -177,7 +192,8 @@ def run_parallel(args: argparse.Namespace) -> int:
         plot_path: lambda path: plot(rows, path),
     }
     if args.markdown:
-        outputs[args.markdown] = text_writer(replace_section(args.markdown, text, SECTION))
+        # the new text is computed from the file as it is now; write_all's writer gets a temporary path
+        outputs[args.markdown] = text_writer(with_markdown_section(read_markdown(args.markdown), MARKER, text))
     write_all(outputs)
     print(text)
     return 0

@@ -3,7 +3,7 @@
 Variants (columns) replay the same sessions interleaved in one run: session 1 through every variant, then
 session 2, the order rotating by one each session (plain, speculative; then speculative, plain; ...),
 so that machine noise and drift land on all alike. A variant is a name and a way to replay one session
-(`Variant`): today two LSP server processes held open for the whole run, plain greedy (`--draft none`)
+(`Variant`): today two LSP server processes held open for the whole run, plain greedy (`--drafting none`)
 and speculative (the server's default drafting), plus the speculative server with its latency features
 off ("speculative cold", switched with workspace/didChangeConfiguration), and with --llama-vim the anchor:
 llama-server /infill on the same GGUF driven as llama.vim drives it (codespec.sessions.llama_vim). The
@@ -17,7 +17,6 @@ import argparse
 import asyncio
 import json
 import platform
-import shlex
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -26,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from codespec.benchmarks.report import update_markdown_section
+from codespec.benchmarks.report import portable, read_markdown, with_markdown_section
 from codespec.errors import CodespecError
 from codespec.modes import SPECULATIVE_MODES
 from codespec.sessions.format import Session
@@ -37,7 +36,8 @@ from lsp.options import PROMPT_LAYOUTS
 WARM = {"cache": True, "typingAlong": True, "earlyAnswer": True, "prefetch": True}
 COLD = {"cache": False, "typingAlong": False, "earlyAnswer": False, "prefetch": False}
 CORPUS = Path(__file__).resolve().parents[2] / "tests" / "sessions" / "data"
-SECTION = "## Keystroke latency (replay)"
+SECTION = "### The replay's report (`codespec bench replay`)"  # the heading inside the marked block
+MARKER = "bench-replay"  # --markdown rewrites only between <!-- MARKER:start/end --> in the file
 BASELINE = "plain"  # the variant every ratio divides by
 ANCHOR = "llama-vim"  # llama-server /infill as llama.vim drives it: codespec's pause figures over its
 # (figure, how it is read) of the pause summary that get a ratio to the baseline
@@ -130,7 +130,9 @@ def register_bench(parser: argparse.ArgumentParser) -> None:
                         "started on the --model GGUF with a slot per session of the largest N)")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for answers at a close")
     parser.add_argument("--out", type=Path, default=Path("docs"), help="directory for JSON and plots")
-    parser.add_argument("--markdown", type=Path, help=f'rewrite the "{SECTION}" section of this file')
+    parser.add_argument("--markdown", type=Path,
+                        help=f"rewrite the report between <!-- {MARKER}:start --> and <!-- {MARKER}:end --> in "
+                        "this file (appended with its markers where there are none); nothing else in it changes")
     parser.set_defaults(func=run_bench)
 
 
@@ -281,7 +283,7 @@ def markdown(report: dict[str, Any], meta: dict[str, Any]) -> str:
         SECTION,
         "",
         f"`codespec bench replay` on {meta['sessions']} corpus sessions ({meta['keystrokes']} keystrokes, "
-        f"{meta['session_s']:.0f} s of typing each) at speed {meta['speed']}, {meta['machine']}, the "
+        f"{meta['session_s']:.0f} s of typing in all) at speed {meta['speed']}, {meta['machine']}, the "
         f"variants interleaved session by session. {servers}. Wall time {meta['wall_s']:.0f} s.",
         "",
         f"At pauses (a keystroke followed by >= {pause_ms:.0f} ms without another): how often ghost text was "
@@ -364,17 +366,6 @@ def ratio_table(ratios: dict[str, float | None]) -> str:
     return "\n".join(["| ratio (same run) | value |", "|---|---:|", *rows])
 
 
-def replace_section(path: Path, text: str, section: str = SECTION) -> str:
-    """The file's new text: `text` (starting with the `section` heading) in place of that section, or
-    appended."""
-    old = path.read_text(encoding="utf-8") if path.exists() else "# Benchmarks\n"
-    start = old.find(section)
-    if start < 0:
-        return old.rstrip("\n") + "\n\n" + text
-    end = old.find("\n## ", start + len(section))
-    return old[:start] + text + (old[end + 1 :] if end >= 0 else "")
-
-
 def plot_variants(report: dict[str, Any], path: Path, pause_ms: float = PAUSE_MS) -> None:
     """Per variant: the distribution of answered latencies, and the time to ghost text at pauses."""
     import matplotlib
@@ -422,13 +413,13 @@ def llama_vim_server(args: argparse.Namespace) -> Callable[[], AbstractContextMa
 
 def anchor_server(report: dict[str, Any]) -> dict[str, str]:
     result = report["results"].get(ANCHOR)
-    return {} if result is None else {ANCHOR: shlex.join(result.server)}
+    return {} if result is None else {ANCHOR: portable(result.server)}
 
 
 def display(command: list[str]) -> str:
     if command[1:3] == ["-m", "codespec.cli"]:
         return "codespec " + " ".join(command[3:])
-    return shlex.join(command)
+    return portable(command)
 
 
 def run_bench(args: argparse.Namespace) -> int:
@@ -487,7 +478,8 @@ def run_bench(args: argparse.Namespace) -> int:
         plots[1]: lambda path: plot_result(speculative, str(path), title, pause_ms=args.pause_ms),
     }
     if args.markdown:
-        outputs[args.markdown] = lambda path: update_markdown_section(path, "bench-replay", text)
+        # computed from the file as it is now: write_all hands its writers a temporary path, not the file
+        outputs[args.markdown] = text_writer(with_markdown_section(read_markdown(args.markdown), MARKER, text))
     write_all(outputs)  # all files only now, after every replay succeeded
     for name, summary in report["variants"].items():
         print(f"== {name}\n{format_table(summary)}\n")

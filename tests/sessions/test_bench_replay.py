@@ -129,3 +129,72 @@ def test_output_files_appear_all_at_once_or_not_at_all(tmp_path):
     assert (tmp_path / "old.json").read_text() == "the previous run"
     write_all({tmp_path / "old.json": text_writer("new"), tmp_path / "sub" / "r.jsonl": text_writer("x")})
     assert (tmp_path / "old.json").read_text() == "new" and (tmp_path / "sub" / "r.jsonl").read_text() == "x"
+
+
+DOC_ABOVE = """# Benchmarks
+
+## Moving around
+
+Hand-written text above the report, with a table of its own:
+
+| a | b |
+|---|---|
+| 1 | 2 |
+
+"""
+DOC_BELOW = """
+
+Hand-written reading of the report below it, in the same `## ` section.
+
+### A sub-heading someone wrote
+
+<!-- bench-generate-some-model:start -->
+another benchmark's table
+<!-- bench-generate-some-model:end -->
+
+## Shared engine load (replay --parallel)
+
+<!-- bench-replay-parallel:start -->
+the load table
+<!-- bench-replay-parallel:end -->
+"""
+
+
+def bench_replay_with_fake_servers(monkeypatch, tmp_path, corpus_paths, markdown) -> None:
+    """`codespec bench replay --markdown FILE` as `make bench` runs it, with two fake LSP servers in place of
+    the real ones (the report, its files and the markdown are the command's own)."""
+    import codespec.benchmarks.replay as replay
+
+    real = replay.bench_replay
+
+    def fake_bench_replay(sessions, speculative_server, plain_server, **kwargs):
+        plain = fake_server("--delay", "0.005", "--suggestion", "plain")
+        speculative = fake_server("--delay", "0.005", "--suggestion", "spec")
+        return real([truncated(s, 6) for s in sessions], speculative, plain, **kwargs)
+
+    monkeypatch.setattr(replay, "bench_replay", fake_bench_replay)
+    code = main(["bench", "replay", str(corpus_paths[0]), "--count", "1", "--speed", "max", "--no-cold",
+                 "--out", str(tmp_path / "out"), "--markdown", str(markdown)])  # fmt: skip
+    assert code == 0
+
+
+def test_markdown_rewrites_only_its_own_marked_section(monkeypatch, tmp_path, corpus_paths):
+    markdown = tmp_path / "benchmarks.md"
+    old_report = "<!-- bench-replay:start -->\n## An old report\n\nits old table\n<!-- bench-replay:end -->"
+    markdown.write_text(DOC_ABOVE + old_report + DOC_BELOW, encoding="utf-8")
+    bench_replay_with_fake_servers(monkeypatch, tmp_path, corpus_paths, markdown)
+    text = markdown.read_text(encoding="utf-8")
+    assert text.startswith(DOC_ABOVE + "<!-- bench-replay:start -->\n")
+    assert text.endswith("<!-- bench-replay:end -->" + DOC_BELOW)  # hand-written text and other markers kept
+    section = text[len(DOC_ABOVE):-len(DOC_BELOW)]
+    assert "old" not in section and "| plain | " in section and "| speculative | " in section
+    assert section.count("<!-- bench-replay:start -->") == 1 and text.count("<!-- bench-replay:end -->") == 1
+
+
+def test_markdown_without_markers_appends_the_section_and_keeps_the_file(monkeypatch, tmp_path, corpus_paths):
+    markdown = tmp_path / "benchmarks.md"
+    markdown.write_text(DOC_ABOVE + DOC_BELOW.lstrip("\n"), encoding="utf-8")
+    bench_replay_with_fake_servers(monkeypatch, tmp_path, corpus_paths, markdown)
+    text = markdown.read_text(encoding="utf-8")
+    assert text.startswith((DOC_ABOVE + DOC_BELOW.lstrip("\n")).rstrip() + "\n\n<!-- bench-replay:start -->\n")
+    assert text.rstrip().endswith("<!-- bench-replay:end -->")
