@@ -6,11 +6,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from codespec.engine import Engine
+from codespec.decode.engine import Engine
+from codespec.decode.runtimes import RUNTIMES
 from codespec.errors import CodespecError
 from codespec.flags import add_deprecated_flag
 from codespec.modes import DRAFTING_MODES
-from codespec.runtimes import RUNTIMES
 
 
 def resolve_models(
@@ -68,8 +68,8 @@ def load_engine(
     fails to load falls back to torch, saying so on stderr and in `engine.codespec_models`. `calibrate`:
     measure the target's cost curve (once per machine, cached): the prompt budget follows its prefill speed,
     and drafts are verified only where they pay."""
+    from codespec.decode.runtimes import resolve_runtime
     from codespec.models import load_model
-    from codespec.runtimes import resolve_runtime
 
     target_spec, draft_spec, drafting = resolve_models(model, draft_model, drafting, device, degrade=degrade)
     chosen = resolve_runtime(runtime, target_spec, device)

@@ -47,7 +47,7 @@ class IdleJob:
     uri: str
     prompt_ids: list[int]
     block: Any
-    token: Any  # codespec.engine.CancelToken
+    token: Any  # codespec.decode.engine.CancelToken
 
 
 class BlockPlanner:
@@ -121,7 +121,7 @@ class BlockPlanner:
         """The work worth doing now for the document the user is in, or None: a new block when the document
         changed since its block was made or the cursor left the block's hole, else the current block's
         prompt at the cursor when its KV is not cached."""
-        from codespec.engine import CancelToken
+        from codespec.decode.engine import CancelToken
 
         if not _local(engine) or self.budget is None:
             return None

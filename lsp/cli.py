@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
         if args.tcp:
             server.start_tcp(args.host, args.port)
         else:
-            from lsp.framing import serve_stdio
+            from lsp.stdio import serve_stdio
 
             serve_stdio(server, sys.stdin.buffer, protocol_out)
         code = 0 if server.protocol.shutdown_requested or server.terminated else 1

@@ -98,7 +98,7 @@ class Generation:
     anchor: Anchor
     ctx: Any  # codespec.context.CompletionContext
     prompt_ids: list[int]
-    token: Any  # codespec.engine.CancelToken
+    token: Any  # codespec.decode.engine.CancelToken
     record: GenerationRecord
     position: tuple[int, int]  # anchor cursor in the client's position encoding
     stream: bool = False
@@ -373,7 +373,7 @@ class CompletionManager:
         options: ServerOptions,
         parent: Generation | None = None,
     ) -> Generation:
-        from codespec.engine import CancelToken
+        from codespec.decode.engine import CancelToken
 
         engine = self._get_engine()
         prompt_ids = list(getattr(ctx, "prompt_ids", None) or encode_prompt(engine.tokenizer, ctx.prompt))

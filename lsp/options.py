@@ -16,7 +16,7 @@ logger = logging.getLogger(__name__)
 
 MULTILINE_POLICIES = ("auto", "never")
 LOAD_POLICIES = ("eager", "lazy")
-RUNTIMES = ("auto", "torch", "llamacpp")  # codespec.runtimes.RUNTIMES (not imported: no torch here)
+RUNTIMES = ("auto", "torch", "llamacpp")  # codespec.decode.runtimes.RUNTIMES (not imported: no torch here)
 DTYPES = ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 PROMPT_LAYOUTS = ("psm", "near-suffix", "anchored")  # codespec.context.build.LAYOUTS (not imported: no torch here)
@@ -30,10 +30,10 @@ class ServerOptions:
     draft_model: str | None = None  # None: the profile's when the model is defaulted too; "none": none
     drafting: str | None = None  # None: the profile's, else "both" with a draft model, "lookup" without
     device: str = "auto"
-    runtime: str = "auto"  # codespec.runtimes.RUNTIMES: auto | torch | llamacpp
+    runtime: str = "auto"  # codespec.decode.runtimes.RUNTIMES: auto | torch | llamacpp
     dtype: str = "auto"  # torch runtime: auto | float32 | bfloat16 | float16
     threads: int | None = None
-    # A serving engine's URL (codespec.remote): generation happens there, only the tokenizer loads here.
+    # A serving engine's URL (codespec.decode.remote): generation happens there, only the tokenizer loads here.
     engine: str | None = None
     engine_model: str | None = None  # None: the one model the engine serves
     load_models: str = "eager"

@@ -47,7 +47,7 @@ class CodespecServer(LanguageServer):
         self.options = options
         self.documents: dict[str, Any] = {}  # uri -> codespec.context.Document
         self.encoding = "utf-16"
-        self.terminated = False  # set by the stdin loop on SIGTERM (lsp/framing.py): exit 0
+        self.terminated = False  # set by the stdin loop on SIGTERM (lsp/stdio.py): exit 0
         self.stats = ServerStats()
         self.engine: Any = None
         self._engine_key: tuple[Any, ...] | None = None
@@ -114,7 +114,7 @@ class CodespecServer(LanguageServer):
         # threads at once, and a didOpen during the load imports the context room (measured: an
         # ImportError of PreTrainedTokenizerBase, the document lost).
         import codespec.context  # noqa: F401
-        import codespec.engine  # noqa: F401
+        import codespec.decode.engine  # noqa: F401
 
         loop = asyncio.get_running_loop()
         try:
@@ -277,7 +277,7 @@ def build_engine(options: ServerOptions) -> Any:
 
     o = options
     if o.engine:
-        from codespec.remote import remote_engine
+        from codespec.decode.remote import remote_engine
 
         return remote_engine(o.engine, o.resolved_models()[0], o.engine_model)
     return load_engine(o.model, o.draft_model, o.drafting, device=o.device, dtype=o.dtype, threads=o.threads,

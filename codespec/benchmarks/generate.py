@@ -375,9 +375,9 @@ def run_generate(args: argparse.Namespace) -> int:
 
     import transformers
 
-    from codespec.engine import Engine
+    from codespec.decode.engine import Engine
+    from codespec.decode.runtimes import resolve_runtime
     from codespec.models import load_model
-    from codespec.runtimes import resolve_runtime
 
     transformers.logging.set_verbosity_error()
     if args.threads:
@@ -427,7 +427,7 @@ def _start_server(args: argparse.Namespace, server_args: Sequence[str]):
 def divergence_gaps(engine, prompts: Sequence[Prompt], runs: Sequence[Run]) -> dict[str, list[float]]:
     """Per mode, the target's top-2 logit gap where each output first left plain greedy (measured with plain
     forwards of this runtime): small gaps are near-ties a batched forward may round the other way."""
-    from codespec.runtimes import first_divergence, top2_gap
+    from codespec.decode.runtimes import first_divergence, top2_gap
 
     ids = {p.name: p.ids for p in prompts}
     plain = {r.prompt: r.tokens for r in runs if r.mode == "plain"}

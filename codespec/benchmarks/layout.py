@@ -28,9 +28,9 @@ from typing import Any
 
 from codespec.context.build import ContextCache, ContextConfig, build_context
 from codespec.context.document import Document
+from codespec.decode.drafters import common_prefix_len
 from codespec.flags import add_deprecated_flag
 from codespec.modes import DRAFTING_MODES
-from codespec.proposers import common_prefix_len
 from codespec.stats import percentile
 
 SESSIONS = Path(__file__).resolve().parents[2] / "tests" / "sessions" / "data"
@@ -212,7 +212,7 @@ def run(args: argparse.Namespace) -> int:
             report["keystrokes"][name] = keystroke_costs(tokenizer, layout_config(name), sessions)
             print(name, json.dumps(report["keystrokes"][name]), flush=True)
     if args.part in ("first-line", "all"):
-        from codespec.engine import Engine
+        from codespec.decode.engine import Engine
         from codespec.models import load_model
 
         # The torch runtime, as `bench humaneval` loads it: greedy output is the reference model's.

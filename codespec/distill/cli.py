@@ -284,9 +284,9 @@ def _distill_head(args: argparse.Namespace, accelerator, device: str, target, dr
     middles, and is what the head's held-out agreement is compared with)."""
     import torch
 
+    from codespec.decode.eagle import EagleHead, save_head
     from codespec.distill import data, train
     from codespec.distill.head import draft_agreement, head_agreement
-    from codespec.eagle import EagleHead, save_head
     from codespec.models import resolve_device, resolve_dtype
 
     autocast = None if args.dtype == "fp32" else str(resolve_dtype(args.dtype, resolve_device(device))).removeprefix(

@@ -76,8 +76,8 @@ def speculative_eval(target, drafts: dict[str, object], prompts: Sequence[EvalPr
     `plain_paths` (prompt ids -> plain greedy tokens with their stop token) gets every plain run, for a replay."""
     from tqdm import tqdm
 
+    from codespec.decode.engine import Engine, drafter_from
     from codespec.distill.tau import target_path
-    from codespec.engine import Engine, drafter_from
 
     names = list(drafts)
     # One engine, each run given its drafter: the target's KV cache for the prompt is then reused by every

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from codespec.proposers import DraftModelConfig
+from codespec.decode.drafters import DraftModelConfig
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ def plain_paths(target, prompts: Sequence, max_new_tokens: int, *, known: dict[t
     greedy run of the target each, added to `known`."""
     from tqdm import tqdm
 
-    from codespec.engine import Engine
+    from codespec.decode.engine import Engine
 
     known = {} if known is None else known
     engine = Engine(target, None, drafting="none", stop_token_ids=getattr(target, "stop_ids", None) or None)

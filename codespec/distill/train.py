@@ -372,7 +372,7 @@ def save_draft(model, tokenizer, out: Path, config: TrainConfig, dtype: torch.dt
     if config.method == "lora":
         return save_merged(model, tokenizer, out, base=base)
     if config.method == "eagle":
-        raise CodespecError("an EAGLE head is saved by codespec.eagle.save_head")
+        raise CodespecError("an EAGLE head is saved by codespec.decode.eagle.save_head")
     out.mkdir(parents=True, exist_ok=True)
     model = model.to(dtype)
     model.save_pretrained(str(out), safe_serialization=True)

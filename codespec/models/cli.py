@@ -139,8 +139,8 @@ def _budget(points: list) -> Any:
 
 
 def _known_cost_curves() -> dict[str, list]:
-    """The cost curves measured on this machine (codespec.runtimes.cached_cost_curve), by model and runtime."""
-    from codespec.runtimes import machine_key
+    """The cost curves measured on this machine (codespec.decode.runtimes.cached_cost_curve), by model and runtime."""
+    from codespec.decode.runtimes import machine_key
 
     try:
         known = json.loads((cache_root() / COST_CURVES).read_text())

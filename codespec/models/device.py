@@ -58,7 +58,7 @@ class Profile(NamedTuple):
     target: str
     draft: str | None
     drafting: str  # none | lookup | model | both
-    runtime: str = "torch"  # codespec.runtimes.RUNTIMES
+    runtime: str = "torch"  # codespec.decode.runtimes.RUNTIMES
     why: str = ""  # the measurement behind it, for `codespec models`
 
 
@@ -68,7 +68,7 @@ def default_profile(device: str | torch.device = "auto") -> Profile:
         return Profile("bundled:qwen2.5-coder-1.5b", "bundled:qwen2.5-coder-0.5b", "both", "torch",
                        "CUDA forwards are cheap: the 1.5B target with 0.5B + lookup drafts (projected, "
                        "docs/benchmarks.md)")
-    from codespec.runtimes.llamacpp import llamacpp_available
+    from codespec.decode.runtimes.llamacpp import llamacpp_available
 
     if llamacpp_available():
         return Profile("bundled:qwen2.5-coder-1.5b", None, "lookup", "llamacpp", CPU_LLAMACPP_WHY)

@@ -73,7 +73,7 @@ def load_model(
     `runtime`: torch (transformers), llamacpp (a GGUF-backed spec on llama.cpp's CPU kernels) or auto."""
     import torch
 
-    from codespec.runtimes import resolve_runtime
+    from codespec.decode.runtimes import resolve_runtime
 
     if threads is not None:
         if threads < 1:
@@ -108,7 +108,7 @@ def _load_llamacpp(spec: str, parsed: ModelSpec, device: str | torch.device, dty
     import torch
     from transformers import AutoTokenizer
 
-    from codespec.runtimes.llamacpp import LlamaCppRuntime
+    from codespec.decode.runtimes.llamacpp import LlamaCppRuntime
 
     if resolve_device(device).type != "cpu":
         raise CodespecError("the llamacpp runtime runs on the CPU here: use --runtime torch for a GPU")
@@ -147,7 +147,7 @@ def _load_hf_dir(
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from codespec.eagle import is_eagle_dir, load_head
+    from codespec.decode.eagle import is_eagle_dir, load_head
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)

@@ -3,7 +3,7 @@
 Each case is raw bytes for stdin: well-formed requests, unknown methods, wrong param types, huge
 params, requests without ids, notifications with ids, invalid JSON, bad or lying Content-Length
 headers, truncated frames, header garbage. A model of the server's framing (the rules of
-`lsp/framing.py`: header lines, the last `Content-Length: N`, a blank line, N bytes, a restart at a
+`codespec/framing.py`: header lines, the last `Content-Length: N`, a blank line, N bytes, a restart at a
 header found inside a body) tells the driver which bodies the server will see, so the
 expectations are exact: every body that is a JSON-RPC 2.0 request with an int or string id must
 get exactly one response, and nothing else may be answered more than once. After a case that leaves the parser mid-frame the driver sends the
@@ -28,9 +28,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from codespec import framing
 from codespec.reliability.rpc import WAIT_S, NoResponse, ServerGone, StdioServer, frame, id_key, warm_up
 from codespec.stats import percentile
-from lsp import framing
 
 FUZZ_URIS = [f"file:///fuzz/doc{i}.py" for i in range(6)]
 SAFE_REQUESTS = ["textDocument/inlineCompletion", "textDocument/completion", "workspace/executeCommand",
@@ -49,7 +49,7 @@ SERVER_OPTIONS = {"maxTokens": 8, "prefetch": False}
 
 
 class FramingModel:
-    """What the server's reader (`lsp/framing.py`) makes of a byte stream, written from its rules,
+    """What the server's reader (`codespec/framing.py`) makes of a byte stream, written from its rules,
     not from its code: lines end with `\\n`; a line ending in `Content-Length: N` (any case, blanks
     allowed, ASCII digits, N <= MAX_BODY) sets the length, the last such line winning; a blank line
     while a length is set starts an N-byte body; a body in which `Content-Length: N` (<= 16 blanks) + line break

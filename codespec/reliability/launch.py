@@ -31,7 +31,7 @@ AUDITED_PREFIXES = ("open", "socket.", "subprocess.", "os.system", "os.exec", "o
 
 
 def install_faults() -> None:
-    from codespec.engine import Engine
+    from codespec.decode.engine import Engine
 
     original = Engine.stream
 

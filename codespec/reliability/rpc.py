@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lsp.framing import frame as lsp_frame
-from lsp.framing import read_strict_frames
+from codespec.framing import frame as lsp_frame
+from codespec.framing import read_strict_frames
 
 TINY_ARGS = ("--model", "tiny", "--draft-model", "none", "--drafting", "lookup", "--threads", "1")
 WAIT_S = 30.0  # bound on every wait; never reached by a healthy server
@@ -277,7 +277,7 @@ class StdioServer:
 
 
 def read_frames(stream: Any, violations: list[str]) -> Iterator[Any]:
-    """Strict LSP framing (lsp.framing.read_strict_frames) of JSON messages."""
+    """Strict LSP framing (codespec.framing.read_strict_frames) of JSON messages."""
     for body in read_strict_frames(stream, violations):
         try:
             yield json.loads(body)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from codespec.errors import CodespecError
+from codespec.framing import READ_CHUNK, FrameParser
 from codespec.sessions.format import (
     DID_OPEN,
     INLINE_COMPLETION,
@@ -30,7 +31,6 @@ from codespec.sessions.format import (
     make_header,
     utf16_len,
 )
-from lsp.framing import READ_CHUNK, FrameParser
 
 
 class SessionRecorder:

@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from codespec.errors import CodespecError
+from codespec.framing import READ_CHUNK, FrameParser, frame
 from codespec.sessions.format import (
     DID_CHANGE,
     DID_CLOSE,
@@ -45,7 +46,6 @@ from codespec.sessions.format import (
     is_notification,
     request_categories,
 )
-from lsp.framing import READ_CHUNK, FrameParser, frame
 
 # LSP error codes that mean "cancelled" rather than "failed".
 CANCEL_CODES = {-32800, -32801, -32802}  # RequestCancelled, ContentModified, ServerCancelled

@@ -29,12 +29,12 @@ from pathlib import Path
 
 import torch
 
+from codespec.decode.drafters import DraftModelConfig
 from codespec.distill import cli, teacher
 from codespec.distill.evaluate import tau_ratio_interval
 from codespec.distill.tau import DraftPredictions, Replayed, draft_predictions, replay
 from codespec.distill.train import distill_loss
 from codespec.models import load_model
-from codespec.proposers import DraftModelConfig
 
 
 def fused(heads, h: torch.Tensor, f: torch.Tensor, positions: torch.Tensor, d: int) -> tuple[torch.Tensor, torch.Tensor]:

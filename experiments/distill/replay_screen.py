@@ -21,10 +21,10 @@ from pathlib import Path
 
 import torch
 
+from codespec.decode.drafters import DraftModelConfig
 from codespec.distill.evaluate import tau_ratio_interval
 from codespec.distill.tau import DraftPredictions, draft_predictions, replay
 from codespec.models import load_model
-from codespec.proposers import DraftModelConfig
 
 CONFIGS = {"8:0.3": DraftModelConfig(), "12:0.3": DraftModelConfig(max_draft=12)}
 

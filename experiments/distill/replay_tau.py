@@ -22,12 +22,12 @@ from pathlib import Path
 
 import torch
 
+from codespec.decode.drafters import DraftModelConfig
+from codespec.decode.engine import Engine
 from codespec.distill.cli import heldout_files
 from codespec.distill.evaluate import eval_prompts, tau_ratio_interval
 from codespec.distill.tau import draft_predictions, replay
-from codespec.engine import Engine
 from codespec.models import load_model
-from codespec.proposers import DraftModelConfig
 
 
 def plain_outputs(meta: dict, total: int, path: Path, max_new: int) -> tuple[list[dict], list[int]]:

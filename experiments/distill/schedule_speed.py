@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from replay_screen import schedule  # this folder: run as `python experiments/distill/schedule_speed.py`
 
-from codespec.engine import Engine
+from codespec.decode.engine import Engine
 from codespec.models import load_model
 
 

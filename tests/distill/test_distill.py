@@ -139,7 +139,7 @@ def test_distill_trains_saves_a_loadable_draft_and_stays_lossless(repo, tmp_path
     assert summary["base"]["divergences"] == 0 and summary["distilled"]["divergences"] == 0
     assert summary["distilled"]["target_forwards"] > 0
 
-    from codespec.engine import Engine
+    from codespec.decode.engine import Engine
 
     target = load_model("tiny:0")
     engine = Engine(target, loaded, drafting="model")
@@ -227,7 +227,7 @@ def test_full_fine_tuning_trains_all_but_the_embedding_in_fp32_and_stays_lossles
     assert all(not torch.equal(trained[n], base[n]) for n in base
                if ".layers." in n and n.endswith("proj.weight"))  # every decoder layer's projections moved
 
-    from codespec.engine import Engine
+    from codespec.decode.engine import Engine
 
     target = load_model("tiny:0")
     prompt = tiny_tokenizer().encode("    def pop(self):\n")
@@ -262,7 +262,7 @@ def test_bench_distill_reports_before_and_after(repo, tmp_path, capsys):
 
 def test_bench_distill_replays_tau_on_more_prompts_equal_to_the_speculative_runs(repo, tmp_path, capsys,
                                                                                  monkeypatch):
-    from codespec.engine import Engine
+    from codespec.decode.engine import Engine
 
     out = tmp_path / "draft"
     assert distill(repo, out, "--max-steps", "30") == 0

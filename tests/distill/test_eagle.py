@@ -8,14 +8,14 @@ import pytest
 import torch
 
 from codespec.cli import main
+from codespec.decode.eagle import EagleHead, EagleProposer, FeatureBuffer, load_head
+from codespec.decode.engine import Engine, drafter_from
+from codespec.decode.sampling import Sampler
 from codespec.distill import data
 from codespec.distill.head import head_agreement, head_loss, head_positions
 from codespec.distill.teacher import feature_example, feature_examples, features_key, saved_labels
-from codespec.eagle import EagleHead, EagleProposer, FeatureBuffer, load_head
-from codespec.engine import Engine, drafter_from
 from codespec.errors import CodespecError
 from codespec.models import load_model, stop_token_ids
-from codespec.sampling import Sampler
 from codespec.tiny import tiny_model, tiny_tokenizer
 from tests.distill.test_distill import MODULE, distill
 from tests.engine.conftest import reference_greedy

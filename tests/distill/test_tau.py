@@ -5,10 +5,10 @@ import copy
 import pytest
 import torch
 
+from codespec.decode.drafters import DraftModelConfig
+from codespec.decode.engine import Engine
 from codespec.distill.tau import DraftPredictions, draft_predictions, replay
-from codespec.engine import Engine
 from codespec.models import load_model
-from codespec.proposers import DraftModelConfig
 
 torch.set_num_threads(1)
 

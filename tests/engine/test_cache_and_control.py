@@ -5,7 +5,7 @@ import threading
 import pytest
 import torch
 
-from codespec.engine import CancelToken, Engine, stop_at_strings
+from codespec.decode.engine import CancelToken, Engine, stop_at_strings
 from codespec.errors import CodespecError
 from codespec.tiny import tiny_model
 from tests.engine.conftest import Bundle, reference_greedy

@@ -4,9 +4,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from codespec.engine import Engine
+from codespec.decode.drafters import DraftModelConfig
+from codespec.decode.engine import Engine
 from codespec.modes import DRAFTING_MODES
-from codespec.proposers import DraftModelConfig
 from tests.engine.conftest import Bundle, reference_greedy
 
 MODES = list(DRAFTING_MODES)
@@ -83,8 +83,8 @@ def test_empty_drafts_and_single_token_budget(target):
 
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
 def test_a_draft_ends_at_a_token_that_ends_the_generation(target, draft, temperature):
-    from codespec.proposers import DraftModelProposer
-    from codespec.sampling import Sampler
+    from codespec.decode.drafters import DraftModelProposer
+    from codespec.decode.sampling import Sampler
 
     prompt = list(b"for i in range(10):\n    print(i)\n")
     config = DraftModelConfig(min_confidence=0.0, start_draft=8)

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from codespec.benchmarks.generate import fim_ids
-from codespec.engine import Engine
+from codespec.decode.engine import Engine
 
 pytestmark = pytest.mark.slow
 

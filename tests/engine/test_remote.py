@@ -15,10 +15,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
-from codespec.engine import CancelToken, Engine
+from codespec.decode.engine import CancelToken, Engine
+from codespec.decode.remote import UNAVAILABLE, EngineTimeouts, RemoteEngine, remote_engine
 from codespec.errors import CodespecError
 from codespec.llama_server import LlamaServer, free_port
-from codespec.remote import UNAVAILABLE, EngineTimeouts, RemoteEngine, remote_engine
 from codespec.tiny import tiny_tokenizer
 from tests.lsp.helpers import needs_llama_server
 from tests.tiny_gguf import write_tiny_gguf
@@ -160,11 +160,11 @@ FAULTS = {
 
 @pytest.mark.parametrize("fault", list(FAULTS))
 def test_faults_answer_nothing_log_once_and_recover(fake, fault, caplog, monkeypatch):
-    monkeypatch.setattr("codespec.remote._BACKOFF_S", (0.0,))
+    monkeypatch.setattr("codespec.decode.remote._BACKOFF_S", (0.0,))
     script, condition = FAULTS[fault]
     engine = client_of(fake)
     fake.script = script
-    caplog.set_level(logging.WARNING, logger="codespec.remote")
+    caplog.set_level(logging.WARNING, logger="codespec.decode.remote")
     for _ in range(3):
         result, _ = run(engine)
         assert result.finish_reason == UNAVAILABLE
@@ -270,8 +270,8 @@ def test_llama_server_cancel_frees_its_slot(qwen_engine_server):
 
 def test_llama_server_outage_and_recovery(tmp_path, caplog, monkeypatch):
     needs_llama_server()
-    monkeypatch.setattr("codespec.remote._BACKOFF_S", (0.0,))
-    caplog.set_level(logging.WARNING, logger="codespec.remote")
+    monkeypatch.setattr("codespec.decode.remote._BACKOFF_S", (0.0,))
+    caplog.set_level(logging.WARNING, logger="codespec.decode.remote")
     gguf = write_tiny_gguf(tmp_path / "tiny.gguf", merges=True)
     first = LlamaServer(gguf, threads=1)
     with first:

@@ -6,10 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from codespec.engine import CancelToken, Engine
-from codespec.errors import CodespecError
-from codespec.proposers import CostAwareLength
-from codespec.runtimes import (
+from codespec.decode.drafters import CostAwareLength
+from codespec.decode.engine import CancelToken, Engine
+from codespec.decode.runtimes import (
     CALIBRATION_KS,
     NEAR_TIE_LOGITS,
     CostCurve,
@@ -18,7 +17,8 @@ from codespec.runtimes import (
     first_divergence,
     top2_gap,
 )
-from codespec.runtimes.llamacpp import LlamaCppRuntime
+from codespec.decode.runtimes.llamacpp import LlamaCppRuntime
+from codespec.errors import CodespecError
 from codespec.tiny import tiny_model, tiny_tokenizer
 from tests.engine.conftest import reference_greedy
 from tests.tiny_gguf import write_tiny_gguf
@@ -222,7 +222,7 @@ def test_a_gguf_spec_loads_on_llamacpp_with_its_own_tokenizer(tiny_gguf, tmp_pat
 
 
 def test_the_server_falls_back_to_torch_when_llamacpp_cannot_load(tmp_path, monkeypatch, capsys):
-    import codespec.runtimes.llamacpp as llamacpp
+    import codespec.decode.runtimes.llamacpp as llamacpp
     from codespec.engine_options import load_engine
 
     tiny_gguf = write_tiny_gguf(tmp_path / "tiny-0.gguf", 0)  # what the torch path converts

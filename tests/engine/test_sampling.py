@@ -7,8 +7,8 @@ from collections import Counter
 import pytest
 import torch
 
-from codespec.engine import Engine
-from codespec.sampling import Sampler
+from codespec.decode.engine import Engine
+from codespec.decode.sampling import Sampler
 from codespec.tiny import tiny_model
 
 VOCAB = 4

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from codespec.engine import CancelToken, Engine
-from codespec.runtimes import Runtime, distinct_tokens
-from codespec.runtimes.llamacpp import LlamaCppRuntime
-from codespec.runtimes.torch_runtime import TorchRuntime
+from codespec.decode.engine import CancelToken, Engine
+from codespec.decode.runtimes import Runtime, distinct_tokens
+from codespec.decode.runtimes.llamacpp import LlamaCppRuntime
+from codespec.decode.runtimes.torch_runtime import TorchRuntime
 from codespec.tiny import tiny_model, tiny_tokenizer
 from tests.engine.conftest import reference_greedy
 from tests.tiny_gguf import write_tiny_gguf

@@ -1,4 +1,4 @@
-"""The server's stdin framing (`lsp/framing.py`): frames in any chunking, resynchronisation after
+"""The server's stdin framing (`codespec/framing.py`): frames in any chunking, resynchronisation after
 bad headers, and agreement with the fuzz driver's independent model of the same rules."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from codespec import framing
+from codespec.framing import MAX_HEADER_LINE, FrameParser, read_strict_frames
 from codespec.reliability.fuzz import CaseGenerator, FramingModel
-from lsp import framing
-from lsp.framing import MAX_HEADER_LINE, FrameParser, read_strict_frames
 
 
 def frame(message: dict) -> bytes:

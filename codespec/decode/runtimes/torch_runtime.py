@@ -12,9 +12,9 @@ from collections.abc import Sequence
 import torch
 from transformers import DynamicCache
 
-from codespec.eagle import FeatureBuffer
-from codespec.proposers import rollback_cache
-from codespec.runtimes import Runtime
+from codespec.decode.drafters import rollback_cache
+from codespec.decode.eagle import FeatureBuffer
+from codespec.decode.runtimes import Runtime
 
 # Prompt tokens per prefill forward. A cancel is seen between chunks, so a superseded request stops within
 # one chunk instead of finishing a whole prompt (~1.3 s for 64 tokens of the 0.5B on a slow 2-core CPU);

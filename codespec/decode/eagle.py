@@ -22,8 +22,13 @@ import torch
 from torch import nn
 from transformers import DynamicCache
 
+from codespec.decode.drafters import (
+    AutoregressiveProposer,
+    DraftModelConfig,
+    common_prefix_len,
+    rollback_cache,
+)
 from codespec.errors import CodespecError
-from codespec.proposers import AutoregressiveProposer, DraftModelConfig, common_prefix_len, rollback_cache
 
 EAGLE_FILE = "eagle.json"
 EAGLE_WEIGHTS = "eagle.safetensors"

@@ -1,17 +1,12 @@
 """LSP base-protocol framing, the project's one copy: writing frames and splitting byte streams into bodies.
 
-`frame` writes a frame (every client here sends with
-it), `FrameParser` splits a byte stream into bodies the way the server reads its stdin (the recorder and
-the replayer read with it too), `read_strict_frames` checks a stream that must be strictly framed (the
-server's stdout, read by the reliability drivers).
+Below both the server (lsp/) and the tools that drive it (sessions, reliability), so neither imports the
+other for it. `frame` writes a frame (every client here sends with it), `FrameParser` splits a byte stream
+into bodies the way the server reads its stdin (the recorder and the replayer read with it too),
+`read_strict_frames` checks a stream that must be strictly framed (the server's stdout, read by the
+reliability drivers).
 
-The server's stdin: LSP base-protocol frames read in chunks, resynchronising after bad headers.
-
-pygls 2.1.1 reads stdin a line at a time, each line a hand-off to a worker thread and back; under
-load those GIL hand-offs, not the model, capped the intake at ~70 requests/s. Its parser also takes
-a header only when it fills a whole line, so after a lying `Content-Length` it reads no frame until
-the client happens to send a line break. Here one thread reads stdin in large chunks and the event
-loop splits them with `FrameParser`, whose rules are:
+The server's stdin loop (lsp/stdio.py) reads with `FrameParser`, whose rules are:
 
 - Header lines end with `\\n` (`\\r\\n` per the spec; a bare `\\n` is accepted). A line that ends
   with `Content-Length: N` (any case, optional blanks, ASCII digits) sets the length; text before
@@ -25,17 +20,10 @@ loop splits them with `FrameParser`, whose rules are:
 
 from __future__ import annotations
 
-import asyncio
-import json
 import logging
-import os
 import re
-import signal
-import threading
 from collections.abc import Iterator
-from typing import Any, BinaryIO
-
-from lsp.protocol import reading_stopped, start_reading
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +34,6 @@ MAX_HEADER_LINE = 64 * 1024
 HEADER_TAIL_KEPT = 256
 MAX_BODY = 512 * 1024 * 1024  # an absurd length is ignored rather than buffered towards
 READ_CHUNK = 1 << 16
-CHUNKS_IN_FLIGHT = 64  # back-pressure: the reader thread waits when the loop is this far behind
 
 
 class FrameParser:
@@ -144,83 +131,3 @@ def read_strict_frames(stream: Any, violations: list[str]) -> Iterator[bytes]:
             violations.append("truncated frame on stdout")
             return
         yield body
-
-
-def serve_stdio(server: Any, stdin: BinaryIO, stdout: BinaryIO) -> None:
-    """What pygls's `start_io` does, with the chunked reader (see the module docstring)."""
-    from pygls.io_ import StdoutWriter
-
-    start_reading(server)
-    server.protocol.set_writer(StdoutWriter(stdout))
-    try:
-        asyncio.run(_read_loop(server, stdin))
-    except BrokenPipeError:
-        logger.error("the client's pipe is closed; shutting down")
-    except (KeyboardInterrupt, SystemExit):
-        pass
-    finally:
-        server.shutdown()
-
-
-async def _read_loop(server: Any, stdin: BinaryIO) -> None:
-    loop = asyncio.get_running_loop()
-    chunks: asyncio.Queue[bytes | None] = asyncio.Queue()
-    in_flight = threading.BoundedSemaphore(CHUNKS_IN_FLIGHT)
-    threading.Thread(target=_pump, args=(stdin, loop, chunks, in_flight), daemon=True,
-                     name="codespec-stdin").start()
-    try:  # SIGTERM: stop reading and end as at EOF (model work is cancelled, nothing half-written)
-        loop.add_signal_handler(signal.SIGTERM, _terminated, server, chunks)
-    except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no signals here
-        pass
-    parser = FrameParser()
-    protocol = server.protocol
-    while not reading_stopped(server):
-        data = await chunks.get()
-        if data is None:  # SIGTERM
-            return
-        in_flight.release()
-        if not data:
-            return
-        for body in parser.feed(data):
-            _dispatch(protocol, body)
-            await asyncio.sleep(0)  # let handlers and cancellations run between frames of a chunk
-
-
-def _terminated(server: Any, chunks: asyncio.Queue[bytes | None]) -> None:
-    logger.warning("SIGTERM: exiting")
-    server.terminated = True
-    chunks.put_nowait(None)
-
-
-def _pump(stdin: BinaryIO, loop: asyncio.AbstractEventLoop, chunks: asyncio.Queue[bytes | None],
-          in_flight: threading.BoundedSemaphore) -> None:
-    """The reader thread: blocking reads of whatever is available, handed to the loop whole."""
-    try:
-        fd = stdin.fileno()
-        read = lambda: os.read(fd, READ_CHUNK)  # noqa: E731 - returns what is there, not a full chunk
-    except (AttributeError, OSError, ValueError):
-        read = lambda: stdin.read1(READ_CHUNK)  # type: ignore[attr-defined]  # noqa: E731
-    while True:
-        try:
-            data = read()
-        except (OSError, ValueError):
-            data = b""
-        in_flight.acquire()
-        try:
-            loop.call_soon_threadsafe(chunks.put_nowait, data)
-        except RuntimeError:  # the loop is closed: the server is going away
-            return
-        if not data:
-            return
-
-
-def _dispatch(protocol: Any, body: bytes) -> None:
-    try:
-        message = json.loads(body, object_hook=protocol.structure_message)
-    except Exception as exc:  # noqa: BLE001 - bad JSON is the client's problem: log, never stop reading
-        logger.warning("unreadable message (%d bytes): %s", len(body), exc)
-        return
-    try:
-        protocol.handle_message(message)
-    except Exception:  # noqa: BLE001 - as pygls: a failing handler must not end the read loop
-        logger.exception("unable to handle message")

@@ -14,10 +14,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from codespec.eagle import EagleHead, EagleProposer
-from codespec.errors import CodespecError
-from codespec.modes import DRAFTING_MODES
-from codespec.proposers import (
+from codespec.decode.drafters import (
     CombinedProposer,
     CostAwareLength,
     Draft,
@@ -27,9 +24,12 @@ from codespec.proposers import (
     LookupProposer,
     Proposer,
 )
-from codespec.runtimes import Runtime, cached_cost_curve
-from codespec.runtimes.torch_runtime import TorchRuntime
-from codespec.sampling import Sampler
+from codespec.decode.eagle import EagleHead, EagleProposer
+from codespec.decode.runtimes import Runtime, cached_cost_curve
+from codespec.decode.runtimes.torch_runtime import TorchRuntime
+from codespec.decode.sampling import Sampler
+from codespec.errors import CodespecError
+from codespec.modes import DRAFTING_MODES
 
 StopFn = Callable[[str], int | None]
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from codespec import fim
-from codespec.engine import CancelToken, GenerationResult, GenerationStats, StepEvent, StopFn
+from codespec.decode.engine import CancelToken, GenerationResult, GenerationStats, StepEvent, StopFn
 from codespec.errors import CodespecError
 
 logger = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """The runtime under the decode loop: a target model's forward over k new tokens with a KV cache it can cut.
 
-The loop (codespec.engine), the drafters, cancellation, prefix reuse and stop rules are one implementation;
+The loop (codespec.decode.engine), the drafters, cancellation, prefix reuse and stop rules are one implementation;
 a runtime only answers "run these tokens after the cached ones, give me the logits of the last n of them"
 and "keep only the first n cached tokens". Two implement it: `TorchRuntime` (transformers: CUDA, CPU,
 exact fp32, the distillation path) and `LlamaCppRuntime` (llama.cpp's quantized CPU kernels, GGUF files).
@@ -22,8 +22,8 @@ from pathlib import Path
 
 import torch
 
+from codespec.decode.drafters import common_prefix_len
 from codespec.errors import CodespecError
-from codespec.proposers import common_prefix_len
 
 RUNTIMES = ("auto", "torch", "llamacpp")
 # Logit gap under which two tokens are a near-tie: batched and single-token forwards of a reduced-precision
@@ -235,8 +235,8 @@ def resolve_runtime(runtime: str, spec: str, device: str = "auto") -> str:
         raise CodespecError(f"unknown runtime {runtime!r}; use one of {', '.join(RUNTIMES)}")
     if runtime != "auto":
         return runtime
+    from codespec.decode.runtimes.llamacpp import llamacpp_available
     from codespec.models import parse_spec, resolve_device
-    from codespec.runtimes.llamacpp import llamacpp_available
 
     gguf_backed = parse_spec(spec).kind in ("bundled", "gguf")
     if gguf_backed and resolve_device(device).type == "cpu" and llamacpp_available():

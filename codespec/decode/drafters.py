@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
-from codespec.sampling import Sampler
+from codespec.decode.sampling import Sampler
 
 
 @dataclass

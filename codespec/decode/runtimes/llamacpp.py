@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from codespec.decode.runtimes import Runtime, distinct_tokens
 from codespec.errors import CodespecError
-from codespec.runtimes import Runtime, distinct_tokens
 
 BUILD_HINT = ("llama-cpp-python is not installed (it builds from source: `make venv`, or "
               "CMAKE_ARGS=\"-DGGML_NATIVE=ON -DLLAMA_CURL=OFF\" pip install llama-cpp-python==0.3.36)")
