@@ -16,8 +16,9 @@
 - Document sync notifications go to the server's own handlers only (its documents live in
   `codespec.context.Document`); pygls's workspace copy is not kept.
 
-This is the one module that touches pygls's private attributes (listed in PYGLS_INTERNALS, which a test
-checks against the installed pygls, so an upgrade that moves them fails loudly there, not in an editor).
+This is the one module that touches pygls's private attributes (listed in PYGLS_INTERNALS; each is
+exercised by behaviour through the real server in tests/lsp/test_pygls_internals.py, so an upgrade that
+moves or changes one fails loudly there, not in an editor).
 """
 
 from __future__ import annotations
