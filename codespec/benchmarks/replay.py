@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import json
 import platform
+import shlex
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -277,7 +278,7 @@ def markdown(report: dict[str, Any], meta: dict[str, Any]) -> str:
     def num(v: float | None, digits: int) -> str:
         return "-" if v is None else f"{v:.{digits}f}"
 
-    servers = ", ".join(f"{name}: `{command}`" for name, command in meta["servers"].items())
+    servers = ", ".join(f"{name}: `{portable(command)}`" for name, command in meta["servers"].items())
     pause_ms = meta["pause_ms"]
     lines = [
         SECTION,
@@ -285,23 +286,26 @@ def markdown(report: dict[str, Any], meta: dict[str, Any]) -> str:
         f"`codespec bench replay` on {meta['sessions']} corpus sessions ({meta['keystrokes']} keystrokes, "
         f"{meta['session_s']:.0f} s of typing in all) at speed {meta['speed']}, {meta['machine']}, the "
         f"variants interleaved session by session. {servers}. Wall time {meta['wall_s']:.0f} s.",
+        *(["", f"Reproduce: `{meta['command']}`."] if meta.get("command") else []),
         "",
         f"At pauses (a keystroke followed by >= {pause_ms:.0f} ms without another): how often ghost text was "
         "on screen when the user resumed, how long after the keystroke it appeared (0 when typed-along "
         "ghost text stayed), and how often it was what the user typed next.",
         "",
-        "| variant | pauses | ghost text at pause | time to ghost text p50 / p90 ms | typed next at pause "
-        "| suggestions / 100 keystrokes | chars saved / keystroke | typed chars on screen (Tab presses) |",
+        "| variant | pauses | ghost text at pause (pauses) | time to ghost text p50 / p90 ms, over those | "
+        "typed next at pause | suggestions / 100 keystrokes | chars saved / keystroke "
+        "| typed chars on screen before typed (chars / typed; Tab presses) |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, s in report["variants"].items():
         p = s["pauses"]
         wait = p["time_to_ghost_ms"]
         lines.append(
-            f"| {name} | {p['count']} | {pct(p['coverage'])} | {ms(wait['p50'])} / {ms(wait['p90'])} "
+            f"| {name} | {p['count']} | {pct(p['coverage'])} ({p.get('covered', '-')}) "
+            f"| {ms(wait['p50'])} / {ms(wait['p90'])} "
             f"| {pct(p['accepted_at_pause_rate'])} | {num(p['suggestions_per_100_keystrokes'], 1)} "
             f"| {num(p['chars_saved_per_keystroke'], 3)} | {pct(p.get('chars_saved_share'))} "
-            f"({p.get('tab_presses', '-')}) |"
+            f"({p.get('chars_saved', '-')} / {p.get('typed_chars', '-')}; {p.get('tab_presses', '-')}) |"
         )
     causes = sorted({c for s in report["variants"].values() for c in s["pauses"].get("causes", {})})
     lines += [
@@ -452,6 +456,8 @@ def run_bench(args: argparse.Namespace) -> int:
     plots = [args.out / "bench-replay-cdf.png", args.out / "bench-replay-warm.png"]
     servers = {} if plain_server is None else {BASELINE: display(plain_server)}
     meta = {
+        "command": "codespec bench replay " + shlex.join(sys.argv[3:]) if sys.argv[1:3] == ["bench", "replay"]
+        else None,
         "sessions": len(sessions),
         "keystrokes": sum(s.keystrokes() for s in sessions),
         "session_s": sum(s.duration for s in sessions),
