@@ -63,17 +63,19 @@ $(LLAMA_BUILD)/bin/llama-server: | $(VENV)/.installed
 
 llama-server: $(LLAMA_BUILD)/bin/llama-server
 
-# Side-by-side benchmarks; results land in docs/ (benchmarks.md, JSON, PNG). CPU: about an hour.
+# Side-by-side benchmarks, the commands docs/benchmarks.md gives beside its tables; results land in docs/
+# (JSON, PNG, and in benchmarks.md each command's own <!-- NAME:start/end --> block only). 2 CPU cores: over an
+# hour (the navigation replay alone ~40 min, the load replay ~15 min).
 bench: fetch llama-server
 	$(VENV)/bin/codespec bench generate --model bundled:qwen2.5-coder-1.5b --runtime llamacpp --threads 2 \
-		--set all --n 6 --max-tokens 48 --modes plain,lookup,llama-server,llama-server-ngram --out docs
-	$(VENV)/bin/codespec bench generate --model bundled:qwen2.5-coder-0.5b --n 5 --max-tokens 64 \
-		--modes plain,hf-greedy,hf-lookup,lookup --out docs
+		--set real,edit,fresh --n 6 --max-tokens 48 --modes plain,lookup,llama-server,llama-server-ngram --out docs
+	$(VENV)/bin/codespec bench generate --model bundled:qwen2.5-coder-0.5b --set all --n 5 --max-tokens 64 \
+		--modes plain,hf-greedy,hf-lookup,lookup --threads 1 --out docs
 	$(VENV)/bin/codespec bench generate --model bundled:qwen2.5-coder-1.5b --draft-model bundled:qwen2.5-coder-0.5b \
-		--n 3 --max-tokens 48 --modes plain,hf-lookup,hf-assisted,lookup,model,both --out docs
+		--set fresh --n 4 --max-tokens 48 --modes plain,hf-assisted,lookup,model,both --threads 1 --out docs
 	$(VENV)/bin/codespec bench replay tests/sessions/nav --count 10 --llama-vim --no-cold --also-layout near-suffix \
-		--threads 2 --out docs \
-		--markdown docs/benchmarks.md
+		--threads 2 --out docs --markdown docs/benchmarks.md
+	$(VENV)/bin/codespec bench replay --parallel 1,2,4,8 --count 8 --threads 2 --out docs --markdown docs/benchmarks.md
 
 # Reliability (docs/reliability.md): bounded runs against the real `codespec serve --stdio` with the
 # tiny model, loopback/stdio only. fuzz: >= 10,000 byte-level cases, then 1,000 edit sequences through
