@@ -1,16 +1,24 @@
-"""Build an Engine from user-facing options, filling the gaps from the device's default profile.
-Shared by `codespec generate`, `codespec complete`, the server and the benchmarks."""
+"""Build an engine from user-facing options: local models (the device's default profile filling the gaps) or
+a serving engine's URL. Shared by `codespec generate`, `codespec complete`, the server and the benchmarks.
+
+The assembly floor, above the decode core and the models: it is the one place that knows both. torch is
+imported only when a local engine is built, so the thin client (`serve --engine URL`) never loads it."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
-from codespec.decode.engine import Engine
-from codespec.decode.runtimes import RUNTIMES
 from codespec.errors import CodespecError
-from codespec.flags import add_deprecated_flag
-from codespec.modes import DRAFTING_MODES
+
+if TYPE_CHECKING:
+    from codespec.decode.engine import Engine
+    from codespec.decode.remote import RemoteEngine
+
+# The tokenizer a remote engine's prompts are built with when no model is named: a Qwen2.5-Coder of any size
+# shares the bundled models' tokenizer.
+REMOTE_DEFAULT_MODEL = "bundled:qwen2.5-coder-1.5b"
 
 
 def resolve_models(
@@ -65,11 +73,12 @@ def load_engine(
 ) -> Engine:
     """The one way options become an engine (`serve`, `generate`, `complete`, `demo`, the benchmarks).
     `degrade` (the server): a drafting mode without its draft falls back, and a llama.cpp runtime that
-    fails to load falls back to torch, saying so on stderr and in `engine.codespec_models`. `calibrate`:
+    fails to load falls back to torch, saying so on stderr and in `engine.served`. `calibrate`:
     measure the target's cost curve (once per machine, cached): the prompt budget follows its prefill speed,
     and drafts are verified only where they pay."""
-    from codespec.decode.runtimes import resolve_runtime
-    from codespec.models import load_model
+    from codespec.decode.engine import Engine
+    from codespec.models import cost_curves_path, load_model
+    from codespec.models.load import resolve_runtime
 
     target_spec, draft_spec, drafting = resolve_models(model, draft_model, drafting, device, degrade=degrade)
     chosen = resolve_runtime(runtime, target_spec, device)
@@ -85,31 +94,35 @@ def load_engine(
         chosen = "torch"
         target = load_model(target_spec, device=device, dtype=dtype, threads=threads, progress=progress)
     draft = load_model(draft_spec, device=device, dtype=dtype, progress=progress) if draft_spec else None
+    served = {"model": target_spec, "draftModel": draft_spec, "drafting": drafting, "runtime": chosen,
+              "runtimeFallback": fallback}
     engine = Engine(target, draft, drafting=drafting, step_delay_s=step_delay_s,
-                    stop_token_ids=getattr(target, "stop_ids", None) or None)
+                    stop_token_ids=getattr(target, "stop_ids", None) or None, served=served)
     if calibrate:
         try:
-            engine.calibrate(target_spec, drafts=drafting != "none")
+            engine.calibrate(target_spec, cost_curves_path(), drafts=drafting != "none")
         except Exception as exc:  # a runtime that cannot time itself still decodes: every draft is verified
             print(f"codespec: measuring the target's forward cost failed ({exc}); verifying every draft",
                   file=sys.stderr)
             engine.reset_cache()
-    engine.codespec_models = {"model": target_spec, "draftModel": draft_spec, "drafting": drafting,
-                              "runtime": chosen, "runtimeFallback": fallback}
     return engine
 
 
-def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", help="target model spec (default: the device's profile, see `codespec models`)")
-    parser.add_argument("--draft-model", help="draft model spec for --drafting model/both")
-    parser.add_argument("--drafting", choices=DRAFTING_MODES, help="none (plain greedy), lookup, model, both")
-    add_deprecated_flag(parser, "--draft", "--drafting", "drafting", choices=DRAFTING_MODES)
-    parser.add_argument("--device", default="auto", help="auto (cuda if present), cpu, cuda, cuda:N")
-    parser.add_argument("--runtime", default="auto", choices=RUNTIMES,
-                        help="auto (llama.cpp for a GGUF-backed model on a CPU, else torch), torch, llamacpp")
-    parser.add_argument("--dtype", default="auto",
-                        help="torch runtime: auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16")
-    parser.add_argument("--threads", type=int, help="CPU threads")
+def remote_engine(url: str, model_spec: str | None = None, engine_model: str | None = None) -> RemoteEngine:
+    """The engine client for `codespec serve --engine URL`: the prompt template and tokenizer of
+    `model_spec`; nothing here imports torch or transformers."""
+    from codespec.decode.remote import RemoteEngine
+    from codespec.fim import FIM_STOP_TOKENS, stop_token_ids
+    from codespec.models.tokenizer import load_text_tokenizer
+
+    spec = model_spec or REMOTE_DEFAULT_MODEL
+    tokenizer = load_text_tokenizer(spec)
+    vocab = tokenizer.get_vocab()
+    engine = RemoteEngine(url, tokenizer=tokenizer, stop_token_ids=stop_token_ids(tokenizer),
+                          stop_strings=[t for t in FIM_STOP_TOKENS if t in vocab], model=engine_model)
+    engine.served.update(model=spec, draftModel=None, drafting="engine", runtimeFallback=None)
+    engine.probe()
+    return engine
 
 
 def engine_from_args(args: argparse.Namespace, **kwargs) -> Engine:

@@ -9,14 +9,15 @@ import json
 import sys
 from pathlib import Path
 
-from codespec.engine_options import add_engine_arguments, engine_from_args
+from codespec.engine_options import engine_from_args
 from codespec.errors import CodespecError
+from codespec.flags import add_model_arguments
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompt-file", required=True, help="file with the prompt text ('-' for stdin)")
     parser.add_argument("--max-tokens", type=int, default=128)
-    add_engine_arguments(parser)
+    add_model_arguments(parser)
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--seed", type=int)
@@ -54,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.flush()
         if event.done:
             s = event.result.stats
-            print(f"\n--- {s.new_tokens} tokens, {s.target_forwards} target forwards, tau {s.mean_accept_len:.2f}, "
+            print(f"\n--- {s.new_tokens} tokens, {s.target_forwards} target forwards, tau {s.tokens_per_forward:.2f}, "
                   f"acceptance {s.acceptance_rate:.0%}, {s.tokens_per_s:.1f} tok/s, prefill {s.prefill_s:.2f}s "
                   f"({event.result.finish_reason})", file=sys.stderr)
     return 0

@@ -1,4 +1,5 @@
-"""The drafting modes' names, defined once and importable without torch (the server's options, the CLIs)."""
+"""The drafting modes' and runtimes' names, defined once and importable without torch (the server's options, the CLIs)."""
 
 DRAFTING_MODES = ("none", "lookup", "model", "both")  # none: plain greedy; both: lookup, then the draft model
 SPECULATIVE_MODES = DRAFTING_MODES[1:]  # the modes that draft at all
+RUNTIMES = ("auto", "torch", "llamacpp")  # auto: llama.cpp for a GGUF-backed model on a CPU, else torch

@@ -7,12 +7,14 @@ milliseconds, so unit tests and server tests need no weights."""
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
-import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
 from codespec import fim
+
+if TYPE_CHECKING:  # torch and transformers only where a model is built: the thin client uses the tokenizer
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 QWEN_SPECIAL_TOKENS = [  # in this order: the tiny vocabulary's ids follow it
     fim.ENDOFTEXT,
@@ -27,20 +29,32 @@ QWEN_SPECIAL_TOKENS = [  # in this order: the tiny vocabulary's ids follow it
 ]
 
 
-@lru_cache(maxsize=1)
-def tiny_tokenizer() -> PreTrainedTokenizerFast:
-    """Byte-level BPE without merges: every byte is a token, so any text round-trips exactly."""
+def tiny_tokenizer_object() -> Tokenizer:
+    """Byte-level BPE without merges: every byte is a token, so any text round-trips exactly; then the Qwen
+    special tokens, in QWEN_SPECIAL_TOKENS' order."""
     alphabet = pre_tokenizers.ByteLevel.alphabet()
     vocab = {ch: i for i, ch in enumerate(sorted(alphabet))}
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=fim.ENDOFTEXT, pad_token=fim.ENDOFTEXT)
+    tok.add_special_tokens([AddedToken(token, special=True, normalized=False) for token in QWEN_SPECIAL_TOKENS])
+    return tok
+
+
+@lru_cache(maxsize=1)
+def tiny_tokenizer() -> PreTrainedTokenizerFast:
+    """The tiny tokenizer as transformers wraps it (what a loaded tiny model carries)."""
+    from transformers import PreTrainedTokenizerFast
+
+    fast = PreTrainedTokenizerFast(tokenizer_object=tiny_tokenizer_object(), eos_token=fim.ENDOFTEXT,
+                                   pad_token=fim.ENDOFTEXT)
     fast.add_special_tokens({"additional_special_tokens": QWEN_SPECIAL_TOKENS[1:]})
     return fast
 
 
 def tiny_config(vocab_size: int, *, layers: int = 2, hidden: int = 64) -> Qwen2Config:
+    from transformers import Qwen2Config
+
     return Qwen2Config(
         vocab_size=vocab_size,
         hidden_size=hidden,
@@ -60,6 +74,9 @@ def tiny_config(vocab_size: int, *, layers: int = 2, hidden: int = 64) -> Qwen2C
 
 def tiny_model(seed: int = 0, *, layers: int = 2, hidden: int = 64, vocab_size: int | None = None) -> Qwen2ForCausalLM:
     """A deterministic random model; `vocab_size` lets tests use a small vocabulary for statistics."""
+    import torch
+    from transformers import Qwen2ForCausalLM
+
     vocab_size = vocab_size or len(tiny_tokenizer())
     generator_state = torch.random.get_rng_state()
     try:

@@ -18,7 +18,10 @@ import logging
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from codespec.decode.api import CompletionEngine
 
 logger = logging.getLogger("codespec.lsp")
 
@@ -47,7 +50,7 @@ class IdleJob:
     uri: str
     prompt_ids: list[int]
     block: Any
-    token: Any  # codespec.decode.engine.CancelToken
+    token: Any  # codespec.decode.api.CancelToken
 
 
 class BlockPlanner:
@@ -59,13 +62,12 @@ class BlockPlanner:
 
     # ----- budget ----------------------------------------------------------------------------------
 
-    def set_budget(self, engine: Any) -> Any:
+    def set_budget(self, engine: CompletionEngine) -> Any:
         from codespec.context.block import DEFAULT_BUDGET, prompt_budget
 
-        rate = engine.prefill_tokens_per_s() if callable(getattr(engine, "prefill_tokens_per_s", None)) else None
-        limit = getattr(engine, "max_positions", None) or 4096
-        curve = getattr(getattr(engine, "runtime", None), "cost_curve", None)
-        points = curve.points if curve is not None else ()
+        rate = engine.prefill_tokens_per_s()
+        limit = engine.max_positions or 4096
+        points = engine.cost_points()
         self.budget = prompt_budget(rate, max_prompt_tokens=limit, cost_points=points) if rate else DEFAULT_BUDGET
         return self.budget
 
@@ -78,7 +80,7 @@ class BlockPlanner:
 
     # ----- requests --------------------------------------------------------------------------------
 
-    def block_for(self, uri: str, engine: Any, doc: Any, line: int) -> Any:
+    def block_for(self, uri: str, engine: CompletionEngine, doc: Any, line: int) -> Any:
         """The block a request at `line` uses: the pinned one (its KV checked by `usable`), COLD when there
         is none yet (a local engine computes one in idle time), or a new one pinned at once (remote)."""
         from codespec.context.build import COLD
@@ -86,7 +88,7 @@ class BlockPlanner:
         block = self.pinned.get(uri)
         if block is not None:
             self.pinned.move_to_end(uri)
-        if _local(engine):
+        if engine.prefills_ahead:
             return block if block is not None else COLD
         stale = doc.edit_count - block.edit_count > REMOTE_REFRESH_EDITS if block is not None else True
         if stale or not block.at_hole(line, doc.line_count):
@@ -97,9 +99,9 @@ class BlockPlanner:
         if block is not None and self.pinned.get(uri) is not block:
             self.pin(uri, block)
 
-    def usable(self, ctx: Any, engine: Any) -> bool:
+    def usable(self, ctx: Any, engine: CompletionEngine) -> bool:
         """Whether a prompt's pinned part is cached (or nearly: at most half a cursor window to compute)."""
-        if ctx.block is None or not _local(engine):
+        if ctx.block is None or not engine.prefills_ahead:
             return True
         missing = ctx.pinned_tokens - min(engine.cached_prefix(ctx.prompt_ids), ctx.pinned_tokens)
         return missing <= (self.budget.window_tokens // 2 if self.budget else 0)
@@ -116,14 +118,14 @@ class BlockPlanner:
 
     # ----- idle time -------------------------------------------------------------------------------
 
-    def idle_job(self, doc: Any, position: tuple[int, int], engine: Any,
+    def idle_job(self, doc: Any, position: tuple[int, int], engine: CompletionEngine,
                  build: Callable[[Any, tuple[int, int], Any], Any]) -> IdleJob | None:
         """The work worth doing now for the document the user is in, or None: a new block when the document
         changed since its block was made or the cursor left the block's hole, else the current block's
         prompt at the cursor when its KV is not cached."""
-        from codespec.decode.engine import CancelToken
+        from codespec.decode.api import CancelToken
 
-        if not _local(engine) or self.budget is None:
+        if not engine.prefills_ahead or self.budget is None:
             return None
         uri, line = doc.uri, position[0]
         block = self.pinned.get(uri)
@@ -142,7 +144,7 @@ class BlockPlanner:
             return None
         return IdleJob(uri, list(ctx.prompt_ids), block_made, CancelToken())
 
-    def run(self, job: IdleJob, engine: Any) -> bool:
+    def run(self, job: IdleJob, engine: CompletionEngine) -> bool:
         """Worker thread: the job's prefill; True when it completed."""
         self.counters.jobs += 1
         try:
@@ -170,20 +172,16 @@ class BlockPlanner:
         if self.running is not None:
             self.running.token.cancel()
 
-    def describe(self, engine: Any) -> dict[str, Any]:
-        slots = getattr(getattr(engine, "runtime", None), "describe_slots", None)
+    def describe(self, kv: dict[str, Any] | None) -> dict[str, Any]:
+        """`kv`: the engine's cached prompts (slots), from its `describe()`."""
         return {
             "budget": self.budget.to_dict() if self.budget else None,
             "pinned": [block.to_dict() for block in self.pinned.values()],  # least recently used first
             "idle": self.counters.to_dict(),
-            "kv": slots() if callable(slots) else None,
+            "kv": kv,
         }
 
 
 def _camel(name: str) -> str:
     head, *rest = name.split("_")
     return head + "".join(part.title() for part in rest)
-
-
-def _local(engine: Any) -> bool:
-    return callable(getattr(engine, "prefill", None)) and callable(getattr(engine, "cached_prefix", None))

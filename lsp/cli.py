@@ -9,8 +9,7 @@ import os
 import sys
 
 from codespec.errors import CodespecError
-from codespec.flags import add_deprecated_flag
-from codespec.modes import DRAFTING_MODES
+from codespec.flags import add_model_arguments
 from lsp.options import PROMPT_LAYOUTS
 
 LOOPBACK_NAMES = {"localhost"}
@@ -26,17 +25,7 @@ def register(subparsers: argparse._SubParsersAction, name: str, help: str) -> No
     parser.add_argument(
         "--allow-remote", action="store_true", help="allow a --host that is not a loopback address"
     )
-    parser.add_argument(
-        "--model", help="target model spec (default: the device's profile, see `codespec models`)"
-    )
-    parser.add_argument("--draft-model", help='draft model spec, or "none"')
-    parser.add_argument("--drafting", choices=DRAFTING_MODES, help="drafting: none (plain greedy), lookup, model, both")
-    add_deprecated_flag(parser, "--draft", "--drafting", "drafting", choices=DRAFTING_MODES)
-    parser.add_argument("--device", help="auto | cpu | cuda | cuda:N | mps")
-    parser.add_argument("--runtime", choices=["auto", "torch", "llamacpp"],
-                        help="auto (llama.cpp for a GGUF-backed model on a CPU, else torch), torch, llamacpp")
-    parser.add_argument("--dtype", help="torch runtime: auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16")
-    parser.add_argument("--threads", type=int, help="CPU threads for the model")
+    add_model_arguments(parser, unset_defaults=True)
     parser.add_argument("--engine", metavar="URL",
                         help="generate on a serving engine (llama-server, vLLM, SGLang: OpenAI /v1/completions) "
                              "instead of local models; --model then names only the tokenizer and FIM template")

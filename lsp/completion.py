@@ -373,7 +373,7 @@ class CompletionManager:
         options: ServerOptions,
         parent: Generation | None = None,
     ) -> Generation:
-        from codespec.decode.engine import CancelToken
+        from codespec.decode.api import CancelToken
 
         engine = self._get_engine()
         prompt_ids = list(getattr(ctx, "prompt_ids", None) or encode_prompt(engine.tokenizer, ctx.prompt))
@@ -412,7 +412,7 @@ class CompletionManager:
         result = None
         generation.record.phase = "prefill"
         try:
-            if not options.cache and callable(getattr(engine, "reset_cache", None)):
+            if not options.cache:
                 engine.reset_cache()  # cold baseline: no KV prefix reuse either
             marker = options.debug_fail_marker
             fail = bool(marker) and marker in generation.ctx.prefix

@@ -10,13 +10,13 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from codespec.modes import DRAFTING_MODES
+from codespec.modes import DRAFTING_MODES, RUNTIMES
 
 logger = logging.getLogger(__name__)
 
 MULTILINE_POLICIES = ("auto", "never")
 LOAD_POLICIES = ("eager", "lazy")
-RUNTIMES = ("auto", "torch", "llamacpp")  # codespec.decode.runtimes.RUNTIMES (not imported: no torch here)
+
 DTYPES = ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 PROMPT_LAYOUTS = ("psm", "near-suffix", "anchored")  # codespec.context.build.LAYOUTS (not imported: no torch here)
@@ -30,7 +30,7 @@ class ServerOptions:
     draft_model: str | None = None  # None: the profile's when the model is defaulted too; "none": none
     drafting: str | None = None  # None: the profile's, else "both" with a draft model, "lookup" without
     device: str = "auto"
-    runtime: str = "auto"  # codespec.decode.runtimes.RUNTIMES: auto | torch | llamacpp
+    runtime: str = "auto"  # codespec.modes.RUNTIMES: auto | torch | llamacpp
     dtype: str = "auto"  # torch runtime: auto | float32 | bfloat16 | float16
     threads: int | None = None
     # A serving engine's URL (codespec.decode.remote): generation happens there, only the tokenizer loads here.
@@ -113,9 +113,12 @@ class ServerOptions:
         return dataclasses.replace(self, **changes)
 
     def resolved_models(self) -> tuple[str, str | None, str]:
-        """(target spec, draft spec or None, drafting mode) after applying the device's profile."""
-        from codespec.engine_options import resolve_models
+        """(target spec, draft spec or None, drafting mode) after applying the device's profile; with a serving
+        engine, the spec whose tokenizer builds its prompts (no device to probe: the thin client has no torch)."""
+        from codespec.engine_options import REMOTE_DEFAULT_MODEL, resolve_models
 
+        if self.engine:
+            return self.model or REMOTE_DEFAULT_MODEL, None, "engine"
         return resolve_models(self.model, self.draft_model, self.drafting, self.device, degrade=True)
 
     def model_key(self) -> tuple[Any, ...]:

@@ -17,6 +17,7 @@ from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
 
 from codespec import __version__
+from codespec.decode.api import CompletionEngine
 from lsp.completion import SUPERSEDED_RESULT, Anchor, Answer, CompletionManager, ModelError
 from lsp.options import ServerOptions
 from lsp.protocol import CodespecProtocol, release_server
@@ -49,7 +50,7 @@ class CodespecServer(LanguageServer):
         self.encoding = "utf-16"
         self.terminated = False  # set by the stdin loop on SIGTERM (lsp/stdio.py): exit 0
         self.stats = ServerStats()
-        self.engine: Any = None
+        self.engine: CompletionEngine | None = None
         self._engine_key: tuple[Any, ...] | None = None
         self._loading: asyncio.Future | None = None
         self._loading_key: tuple[Any, ...] | None = None
@@ -78,7 +79,7 @@ class CodespecServer(LanguageServer):
             logger.info("model options changed: the engine is rebuilt on the next request")
             self.manager.cancel_all()
             self.engine = None
-        elif self.engine is not None and hasattr(self.engine, "step_delay_s"):
+        elif self.engine is not None:
             self.engine.step_delay_s = new.step_delay_s  # applied live: tests slow the model per test
         self.options = new
         set_log_level(new.log_level)
@@ -104,8 +105,7 @@ class CodespecServer(LanguageServer):
         if self._loading_key == key:
             self.engine, self._engine_key = engine, key
             self.manager.blocks.set_budget(engine)  # the prompt's budgets follow the measured prefill speed
-            if hasattr(engine, "step_delay_s"):
-                engine.step_delay_s = self.options.step_delay_s  # may have changed during the load
+            engine.step_delay_s = self.options.step_delay_s  # may have changed during the load
         return engine
 
     async def _load_engine(self, options: ServerOptions) -> Any:
@@ -251,20 +251,19 @@ class CodespecServer(LanguageServer):
 
     def stats_report(self, recent: int) -> dict[str, Any]:
         report = self.stats.to_dict(recent)
-        models = getattr(self.engine, "codespec_models", None)
-        if models is None:  # not loaded yet (resolving the device profile would import torch here)
+        engine: CompletionEngine | None = self.engine
+        if engine is None:  # not loaded yet (resolving the device profile would import torch here)
             o = self.options
             models = {"model": o.model or "default", "draftModel": o.draft_model, "drafting": o.drafting}
-        report["engine"] = {"loaded": self.engine is not None, **models}
-        if self.engine is not None and hasattr(self.engine, "health"):
-            report["engine"]["remote"] = self.engine.health()
-        if self.engine is not None and hasattr(self.engine, "runtime"):
-            # The runtime (its cost curve) and the acceptance the cost-aware draft length works from.
-            report["engine"]["runtimeInfo"] = self.engine.runtime.describe()
-            policy = getattr(self.engine, "draft_length", None)
-            report["engine"]["draftAcceptance"] = policy.to_dict() if policy is not None else None
+            report["engine"] = {"loaded": False, **models}
+        else:
+            # What serves; the runtime (its cost curve) and the acceptance the cost-aware draft length works
+            # from, or the remote engine's health.
+            described = engine.describe()
+            kv = described.pop("kv", None)
+            report["engine"] = {"loaded": True, **engine.served, **described}
         # The anchored layout: the budget and why, the pinned blocks, idle-time work, the cached prompts (KV).
-        report["prompt"] = self.manager.blocks.describe(self.engine)
+        report["prompt"] = self.manager.blocks.describe(kv if engine is not None else None)
         report["positionEncoding"] = self.encoding
         # Handlers pygls holds a future for: requests in flight (a leak would show here first).
         report["handlersInFlight"] = self.protocol.requests_in_flight
@@ -273,12 +272,10 @@ class CodespecServer(LanguageServer):
 
 def build_engine(options: ServerOptions) -> Any:
     """Model worker thread: load the target (and draft) and build the engine."""
-    from codespec.engine_options import load_engine
+    from codespec.engine_options import load_engine, remote_engine
 
     o = options
     if o.engine:
-        from codespec.decode.remote import remote_engine
-
         return remote_engine(o.engine, o.resolved_models()[0], o.engine_model)
     return load_engine(o.model, o.draft_model, o.drafting, device=o.device, dtype=o.dtype, threads=o.threads,
                        runtime=o.runtime, step_delay_s=o.step_delay_s, degrade=True)

@@ -122,7 +122,7 @@ def summary(t: Timings) -> dict:
 
 
 def load_bench_tokenizer(spec: str):
-    from codespec.context.cli import load_tokenizer
+    from codespec.models.tokenizer import load_text_tokenizer as load_tokenizer
 
     try:
         return load_tokenizer(spec), spec

@@ -376,8 +376,8 @@ def run_generate(args: argparse.Namespace) -> int:
     import transformers
 
     from codespec.decode.engine import Engine
-    from codespec.decode.runtimes import resolve_runtime
-    from codespec.models import load_model
+    from codespec.models import cost_curves_path, load_model
+    from codespec.models.load import resolve_runtime
 
     transformers.logging.set_verbosity_error()
     if args.threads:
@@ -394,7 +394,7 @@ def run_generate(args: argparse.Namespace) -> int:
     draft = load_model(args.draft_model, device=args.device, dtype=args.dtype) if args.draft_model else None
     engine = Engine(target, draft, drafting="lookup", stop_token_ids=target.stop_ids or None)
     if args.cost_aware:
-        engine.calibrate(args.target)
+        engine.calibrate(args.target, cost_curves_path())
     prompts: list[Prompt] = []
     for name in PROMPT_SETS if args.set == "all" else args.set.split(","):
         prompts += PROMPT_SETS[name](target.tokenizer, args.n)

@@ -192,7 +192,7 @@ class StoredEngine:
 
 
 def rescore(path: str, tokenizer=None) -> list[dict]:
-    from codespec.context.cli import load_tokenizer
+    from codespec.models.tokenizer import load_text_tokenizer as load_tokenizer
 
     rows = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
     tasks_by_key = {}
@@ -247,9 +247,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register_bench(parser: argparse.ArgumentParser) -> None:
-    from codespec.engine_options import add_engine_arguments
+    from codespec.flags import add_model_arguments
 
-    add_engine_arguments(parser)
+    add_model_arguments(parser)
     parser.set_defaults(model="bundled:qwen2.5-coder-0.5b", draft="lookup")
     parser.add_argument("--kinds", default="single,multi")
     parser.add_argument("--n", type=int, default=40, help="tasks per kind")

@@ -28,7 +28,7 @@ from typing import Any
 
 from codespec.context.build import ContextCache, ContextConfig, build_context
 from codespec.context.document import Document
-from codespec.decode.drafters import common_prefix_len
+from codespec.decode.runtimes.kv import common_prefix_len
 from codespec.flags import add_deprecated_flag
 from codespec.modes import DRAFTING_MODES
 from codespec.stats import percentile

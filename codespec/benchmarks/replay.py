@@ -155,7 +155,7 @@ def server_command(args: argparse.Namespace, *, plain: bool) -> list[str]:
 
 
 def pick_sessions(paths: list[Path], count: int):
-    from codespec.sessions.cli import load_sessions
+    from codespec.sessions.format import load_sessions
 
     sessions = load_sessions(paths or [CORPUS])
     return sorted(sessions, key=lambda s: (s.keystrokes(), s.name))[:count]

@@ -21,10 +21,8 @@ import os
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
-
-from transformers import PreTrainedTokenizerBase
 
 from codespec.context.block import DEFAULT_BUDGET, FileBlock, block_sections, make_block, repo_name_of
 from codespec.context.document import Document
@@ -46,6 +44,9 @@ from codespec.context.prompt import (
     render_snippets_as_comments,
 )
 from codespec.context.stop import BlockStop, LineStop, starts_with_closer, stop_now
+
+if TYPE_CHECKING:  # a transformers fast tokenizer or codespec.tokenizer.TextTokenizer: no transformers import
+    from transformers import PreTrainedTokenizerBase
 
 _CONTAINERS = (
     "module",

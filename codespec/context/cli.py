@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from codespec.errors import CodespecError
+from codespec.models.tokenizer import load_text_tokenizer
 
 MAX_FILE_BYTES = 5_000_000
 
@@ -61,24 +62,6 @@ def open_document(path: str, line: int, column: int, language: str | None):
     if column > length + 1:
         raise CodespecError(f"column {column} is past the end of line {line} of {path} ({length} characters)")
     return doc, line - 1, column - 1
-
-
-def load_tokenizer(spec: str):
-    """Only the tokenizer of a model spec (no weights are loaded for `codespec context`)."""
-    from codespec import models
-
-    parsed = models.parse_spec(spec)
-    if parsed.kind == "tiny":
-        from codespec.tiny import tiny_tokenizer
-
-        return tiny_tokenizer()
-    if parsed.kind in ("bundled", "hf_dir"):
-        from transformers import AutoTokenizer
-
-        # The bundled tokenizer lies beside the assembled GGUF: no weights are converted for it.
-        path = models.ensure_bundled_gguf(parsed.name).parent if parsed.kind == "bundled" else parsed.path
-        return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-    return models.load_model(spec, device="cpu").tokenizer
 
 
 def default_model_spec() -> tuple[str, str | None, str]:
@@ -146,7 +129,7 @@ def _print_context(ctx, as_json: bool) -> None:
 
 def run_context(args: argparse.Namespace) -> int:
     model = args.model or default_model_spec()[0]
-    _, ctx = _build(args, load_tokenizer(model))
+    _, ctx = _build(args, load_text_tokenizer(model))
     _print_context(ctx, args.json)
     return 0
 
@@ -191,9 +174,9 @@ def register(subparsers: Any, name: str, help: str) -> None:  # noqa: A002 (the 
     )
     parser.add_argument("--near-lines", type=int, help="near-suffix layout: lines after the cursor line")
     if name == "complete":
-        from codespec.engine_options import add_engine_arguments
+        from codespec.flags import add_model_arguments
 
-        add_engine_arguments(parser)
+        add_model_arguments(parser)
         parser.add_argument("--max-tokens", type=int, default=128)
         parser.add_argument("--raw", action="store_true", help="skip post-processing")
         parser.set_defaults(func=run_complete)

@@ -10,10 +10,12 @@ import re
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-
-from transformers import PreTrainedTokenizerBase
+from typing import TYPE_CHECKING
 
 from codespec import fim
+
+if TYPE_CHECKING:  # a transformers fast tokenizer or codespec.tokenizer.TextTokenizer: no transformers import
+    from transformers import PreTrainedTokenizerBase
 
 # ----------------------------------------------------------------------------------------------- templates
 

@@ -1,6 +1,6 @@
-"""The drafters for speculative decoding, each behind the one small `Proposer` interface the engine calls.
+"""The drafters for speculative decoding, each behind the one small `Drafter` interface the engine calls.
 
-Every drafter implements one small interface (`Proposer`): it is attached
+Every drafter implements one small interface (`Drafter`): it is attached
 to the engine's target once, told about the prompt, asked for a draft for the current sequence, and told how
 many of its tokens the target accepted. Verification lives in the engine; a drafter can never change the
 output, only the speed."""
@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
+from codespec.decode.runtimes.kv import common_prefix_len, rollback_cache
 from codespec.decode.sampling import Sampler
 
 
@@ -29,7 +30,7 @@ class Draft:
     key: str = ""
 
 
-class Proposer:
+class Drafter:
     """Everything the decode loop may ask of a drafter, and nothing else (as transformers' CandidateGenerator
     declares `requires_model_outputs`): the engine reads `name` and `uses_target_features` and calls these
     methods only. The defaults are a drafter without state."""
@@ -54,18 +55,6 @@ class Proposer:
 
     def reset(self) -> None:
         """Forget any cached state: the engine's target cache was reset (or a forward failed half-way)."""
-
-
-def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    # Compare in chunks first: prompts of consecutive keystrokes share thousands of tokens.
-    step = 256
-    while i + step <= n and list(a[i : i + step]) == list(b[i : i + step]):
-        i += step
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 class NgramIndex:
@@ -126,7 +115,7 @@ class LookupConfig:
     max_extra_streams: int = 32
 
 
-class LookupProposer(Proposer):
+class LookupDrafter(Drafter):
     """Prompt lookup: find the longest recent n-gram match of the sequence's tail in the prompt, the tokens
     generated so far, or extra streams (other documents, earlier completions), and propose what followed."""
 
@@ -203,7 +192,7 @@ class DraftModelConfig:
         return min(self.max_draft, length + 2) if drafted and accepted == drafted else max(self.min_draft, length - 1)
 
 
-class AutoregressiveProposer(Proposer):
+class AutoregressiveDrafter(Drafter):
     """The drafting loop of the model drafters (a draft model, an EAGLE head): one draft forward per token,
     each token fed back, with the drafter's own KV cache kept in step with the accepted tokens. Subclasses
     say how the cache is synced with `ids` (`_start`), what one forward is (`_forward_step`) and what
@@ -275,7 +264,7 @@ class AutoregressiveProposer(Proposer):
         self._length = self.config.next_length(self._length, drafted, accepted)
 
 
-class DraftModelProposer(AutoregressiveProposer):
+class ModelDrafter(AutoregressiveDrafter):
     """A small model with the target's tokenizer drafts autoregressively, with its own KV cache kept in step
     with the accepted tokens (and reused across generations for a shared prefix)."""
 
@@ -310,14 +299,14 @@ class DraftModelProposer(AutoregressiveProposer):
         return [token]
 
 
-class CombinedProposer(Proposer):
+class CombinedDrafter(Drafter):
     """Lookup first (free), the draft model only when lookup has nothing to offer."""
 
     name = "both"
 
-    def __init__(self, lookup: Proposer, model: Proposer) -> None:
+    def __init__(self, lookup: Drafter, model: Drafter) -> None:
         self.lookup, self.model = lookup, model
-        self._last: Proposer | None = None
+        self._last: Drafter | None = None
 
     @property
     def uses_target_features(self) -> bool:  # type: ignore[override]
@@ -347,13 +336,6 @@ class CombinedProposer(Proposer):
     def feedback(self, drafted: int, accepted: int) -> None:
         if self._last is not None:
             self._last.feedback(drafted, accepted)
-
-
-def rollback_cache(cache: DynamicCache, length: int) -> None:
-    """Drop cached positions past `length` (rejected drafts, or a prompt that diverged)."""
-    extra = cache.get_seq_length() - length
-    if extra > 0:
-        cache.crop(-extra)
 
 
 class CostAwareLength:

@@ -23,11 +23,10 @@ from torch import nn
 from transformers import DynamicCache
 
 from codespec.decode.drafters import (
-    AutoregressiveProposer,
+    AutoregressiveDrafter,
     DraftModelConfig,
-    common_prefix_len,
-    rollback_cache,
 )
+from codespec.decode.runtimes.kv import FeatureBuffer, common_prefix_len, rollback_cache
 from codespec.errors import CodespecError
 
 EAGLE_FILE = "eagle.json"
@@ -168,36 +167,7 @@ def load_head(path: Path, device: torch.device, dtype: torch.dtype) -> EagleHead
     return head.to(device=device, dtype=dtype).eval()
 
 
-class FeatureBuffer:
-    """The target's features, one row per position its KV cache holds; grows by doubling, truncates in place."""
-
-    def __init__(self) -> None:
-        self._rows: torch.Tensor | None = None
-        self._length = 0
-
-    def __len__(self) -> int:
-        return self._length
-
-    def append(self, rows: torch.Tensor) -> None:
-        needed = self._length + rows.shape[0]
-        if self._rows is None or needed > self._rows.shape[0] or self._rows.dtype != rows.dtype:
-            grown = rows.new_empty((max(needed, 2 * (self._rows.shape[0] if self._rows is not None else 256)),
-                                    rows.shape[1]))
-            if self._rows is not None and self._length:
-                grown[: self._length] = self._rows[: self._length]
-            self._rows = grown
-        self._rows[self._length : needed] = rows
-        self._length = needed
-
-    def truncate(self, length: int) -> None:
-        self._length = min(self._length, max(0, length))
-
-    def rows(self, start: int, stop: int) -> torch.Tensor:
-        assert self._rows is not None and 0 <= start <= stop <= self._length
-        return self._rows[start:stop]
-
-
-class EagleProposer(AutoregressiveProposer):
+class EagleDrafter(AutoregressiveDrafter):
     """Drafts with an EagleHead from the target's features (kept by the engine's torch runtime in `features`,
     one per cached target position; `attach` hands them over). The head has its own KV cache over
     (feature j, token j+1) pairs whose features are the target's; the pairs it adds while drafting

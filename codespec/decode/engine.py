@@ -7,115 +7,31 @@ prefix with the previous one only prefills the new tokens."""
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
 
 import torch
 
+from codespec.decode.api import CancelToken, GenerationResult, GenerationStats, StepEvent, StopFn
 from codespec.decode.drafters import (
-    CombinedProposer,
+    CombinedDrafter,
     CostAwareLength,
     Draft,
+    Drafter,
     DraftModelConfig,
-    DraftModelProposer,
     LookupConfig,
-    LookupProposer,
-    Proposer,
+    LookupDrafter,
+    ModelDrafter,
 )
-from codespec.decode.eagle import EagleHead, EagleProposer
+from codespec.decode.eagle import EagleDrafter, EagleHead
 from codespec.decode.runtimes import Runtime, cached_cost_curve
 from codespec.decode.runtimes.torch_runtime import TorchRuntime
 from codespec.decode.sampling import Sampler
 from codespec.errors import CodespecError
+from codespec.fim import stop_token_ids
 from codespec.modes import DRAFTING_MODES
-
-StopFn = Callable[[str], int | None]
-
-
-def stop_at_strings(strings: Sequence[str]) -> StopFn:
-    """A stop rule for literal stop strings, which may span token boundaries: cut before the first one."""
-
-    def stop(text: str) -> int | None:
-        cuts = [i for i in (text.find(s) for s in strings if s) if i >= 0]
-        return min(cuts) if cuts else None
-
-    return stop
-
-
-class CancelToken:
-    """Set from any thread; the decode loop checks it before every target forward."""
-
-    def __init__(self) -> None:
-        self._event = threading.Event()
-        self.cancelled_at: float | None = None
-
-    def cancel(self) -> None:
-        if not self._event.is_set():
-            self.cancelled_at = time.perf_counter()
-            self._event.set()
-
-    @property
-    def cancelled(self) -> bool:
-        return self._event.is_set()
-
-
-@dataclass
-class GenerationStats:
-    prompt_tokens: int = 0
-    prefill_tokens: int = 0  # prompt tokens actually run through the target
-    reused_tokens: int = 0  # prompt tokens whose KV came from the previous call
-    prefill_s: float = 0.0
-    target_forwards: int = 0  # decode forwards (prefill not counted)
-    drafted: int = 0
-    accepted: int = 0
-    drafted_by: dict[str, int] = field(default_factory=dict)
-    accepted_by: dict[str, int] = field(default_factory=dict)
-    new_tokens: int = 0
-    decode_s: float = 0.0
-    forwards_after_cancel: int = 0
-
-    @property
-    def acceptance_rate(self) -> float:
-        return self.accepted / self.drafted if self.drafted else 0.0
-
-    @property
-    def mean_accept_len(self) -> float:
-        """tau: tokens produced per target forward (accepted drafts + the target's own token)."""
-        return self.new_tokens / self.target_forwards if self.target_forwards else 0.0
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.new_tokens / self.decode_s if self.decode_s else 0.0
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d.update(
-            acceptance_rate=self.acceptance_rate,
-            mean_accept_len=self.mean_accept_len,
-            tokens_per_s=self.tokens_per_s,
-        )
-        return d
-
-
-@dataclass
-class GenerationResult:
-    text: str
-    token_ids: list[int]
-    finish_reason: str  # eos | max_tokens | stop | cancelled | time
-    stats: GenerationStats
-    stop_token: int | None = None  # the stop token that ended it (finish "eos"), not in token_ids
-
-
-@dataclass
-class StepEvent:
-    # Text added by this step; deltas only ever append. A stop rule may cut the text shorter than what was
-    # already streamed: the final event's result.text is authoritative.
-    text: str
-    token_ids: list[int]  # tokens added by this step
-    done: bool = False
-    result: GenerationResult | None = None
 
 
 class Engine:
@@ -125,17 +41,19 @@ class Engine:
         draft=None,
         drafting: str = "lookup",
         *,
-        drafter: Proposer | None = None,
+        drafter: Drafter | None = None,
         lookup: LookupConfig | None = None,
         draft_config: DraftModelConfig | None = None,
         step_delay_s: float = 0.0,
         stop_token_ids: Sequence[int] | None = None,
         prefill_chunk: int | None = None,
+        served: dict[str, Any] | None = None,
     ) -> None:
         """`target` / `draft` are LoadedModel-like objects (with .model and .tokenizer), bare HF models, or
         (the target) a Runtime. `drafter`: the model drafter, built by the caller (`drafter_from(draft)`, or any
-        Proposer), in place of the one `draft` would give; the modes "model" and "both" draft with it.
-        `prefill_chunk`: prompt tokens per prefill forward (default: the runtime's)."""
+        Drafter), in place of the one `draft` would give; the modes "model" and "both" draft with it.
+        `prefill_chunk`: prompt tokens per prefill forward (default: the runtime's). `served`: what serves, as
+        `codespec/stats` shows it (the caller knows the specs and any runtime fallback)."""
         model = _model_of(target)
         self.runtime: Runtime = model if isinstance(model, Runtime) else TorchRuntime(model)
         self.tokenizer = getattr(target, "tokenizer", None)
@@ -153,26 +71,24 @@ class Engine:
             drafter = drafter_from(draft, draft_config)
         self.drafting = drafting
         self.step_delay_s = step_delay_s
-        self.lookup = LookupProposer(lookup)
+        self.lookup = LookupDrafter(lookup)
         self.stop_token_ids = set(stop_token_ids if stop_token_ids is not None else _default_stops(self))
         self.model_drafter = self._attached(drafter) if drafter is not None else None
         self.max_positions = self.runtime.max_positions
         # None: verify every draft the drafter offers; set by calibrate() from the runtime's cost curve.
         self.draft_length: CostAwareLength | None = None
+        self.served: dict[str, Any] = dict(served or {})
+        self.prefills_ahead = True  # this process holds the KV: idle time can compute a prompt's ahead of it
 
-    def drafter_for(self, draft, config: DraftModelConfig | None = None) -> Proposer:
-        """`drafter_from(draft)`, attached to this engine (an EAGLE head drafts from its target's features)."""
-        return self._attached(drafter_from(draft, config))
-
-    def _attached(self, drafter: Proposer) -> Proposer:
+    def _attached(self, drafter: Drafter) -> Drafter:
         drafter.attach(self.runtime, self.stop_token_ids)  # a draft ends at a token that ends the generation
         return drafter
 
-    def collects_features(self, drafter: Proposer | None = None) -> bool:
+    def collects_features(self, drafter: Drafter | None = None) -> bool:
         """Whether the target keeps its features: for the engine's model drafter, or this call's."""
         return any(d is not None and d.uses_target_features for d in (self.model_drafter, drafter))
 
-    def proposer(self, drafting: str, drafter: Proposer | None = None) -> Proposer | None:
+    def mode_drafter(self, drafting: str, drafter: Drafter | None = None) -> Drafter | None:
         """The drafter of a mode; `drafter` stands in for the engine's model drafter (modes model and both)."""
         if drafting == "none":
             return None
@@ -183,7 +99,7 @@ class Engine:
             raise CodespecError(f"drafting {drafting!r} needs a draft model")
         if drafting == "model":
             return model_drafter
-        return CombinedProposer(self.lookup, model_drafter)
+        return CombinedDrafter(self.lookup, model_drafter)
 
     @property
     def prefill_chunk(self) -> int:
@@ -224,6 +140,18 @@ class Engine:
         k = max(k for k, _ in curve.points)
         return k / curve.cost(k) if curve.cost(k) > 0 else None
 
+    def cost_points(self) -> tuple[tuple[int, float], ...]:
+        curve = self.runtime.cost_curve
+        return curve.points if curve is not None else ()
+
+    def describe(self) -> dict[str, Any]:
+        """The runtime (its cost curve), the acceptance the cost-aware draft length works from, the cached
+        prompts (KV slots)."""
+        policy = self.draft_length
+        return {"runtimeInfo": self.runtime.describe(),
+                "draftAcceptance": policy.to_dict() if policy is not None else None,
+                "kv": self.runtime.describe_slots()}
+
     def reset_cache(self) -> None:
         self.runtime.reset()
         if self.model_drafter is not None:
@@ -249,10 +177,10 @@ class Engine:
         extra_streams: Sequence[Sequence[int]] = (),
         max_time_s: float | None = None,
         drafting: str | None = None,
-        drafter: Proposer | None = None,
+        drafter: Drafter | None = None,
     ) -> Iterator[StepEvent]:
         """`drafting`: this call's mode (default: the engine's); `drafter`: this call's model drafter (from
-        `drafter_for`) in place of the engine's."""
+        `drafter_from`) in place of the engine's."""
         prompt = [int(t) for t in prompt_ids]
         if not prompt:
             raise CodespecError("empty prompt")
@@ -264,11 +192,11 @@ class Engine:
         sampler = Sampler(temperature, top_p, seed)
         if drafter is not None:
             self._attached(drafter)
-        proposer = self.proposer(drafting or self.drafting, drafter)
+        chosen = self.mode_drafter(drafting or self.drafting, drafter)
         stats = GenerationStats(prompt_tokens=len(prompt))
         started = time.perf_counter()
         try:
-            yield from self._decode(prompt, max_new_tokens, sampler, proposer, stats, cancel, stop,
+            yield from self._decode(prompt, max_new_tokens, sampler, chosen, stats, cancel, stop,
                                     extra_streams, max_time_s, started, self.collects_features(drafter))
         except GeneratorExit:  # the consumer stopped listening at a step boundary: the cache is consistent
             raise
@@ -279,11 +207,11 @@ class Engine:
             raise
 
     @torch.inference_mode()
-    def _decode(self, prompt, max_new_tokens, sampler, proposer, stats, cancel, stop, extra_streams,
+    def _decode(self, prompt, max_new_tokens, sampler, drafter, stats, cancel, stop, extra_streams,
                 max_time_s, started, features) -> Iterator[StepEvent]:
         finish = None if self._prefill(prompt, stats, cancel, features) else "cancelled"
-        if proposer is not None and finish is None:
-            proposer.begin(prompt, extra_streams)
+        if drafter is not None and finish is None:
+            drafter.begin(prompt, extra_streams)
             if self.draft_length is not None:
                 self.draft_length.begin()
         ids = list(prompt)
@@ -300,7 +228,7 @@ class Engine:
                 finish = "time"
             if finish:
                 break
-            new_tokens = self._step(ids, max_new_tokens - len(generated), sampler, proposer, stats)
+            new_tokens = self._step(ids, max_new_tokens - len(generated), sampler, drafter, stats)
             _count_if_cancelled(cancel, stats)
             if self.step_delay_s:
                 time.sleep(self.step_delay_s)
@@ -335,11 +263,7 @@ class Engine:
         False when cancelled between two (the chunks done stay cached: the next prompt may share them).
         `features`: the target keeps its features (a drafter of this call uses them)."""
         t0 = time.perf_counter()
-        if isinstance(self.runtime, TorchRuntime):
-            # Decided per call: this call's drafter may not be the last one's.
-            if self.runtime.collect_features != features:
-                self.runtime.collect_features = features
-                self.runtime.features.truncate(0)
+        self.runtime.keep_features(features)  # decided per call: this call's drafter may not be the last one's
         keep = self.runtime.sync(prompt[:-1])
         stats.reused_tokens = keep
         stats.prefill_tokens = len(prompt) - keep
@@ -354,12 +278,12 @@ class Engine:
         stats.prefill_s = time.perf_counter() - t0
         return complete
 
-    def _step(self, ids: list[int], budget: int, sampler: Sampler, proposer: Proposer | None,
+    def _step(self, ids: list[int], budget: int, sampler: Sampler, drafter: Drafter | None,
               stats: GenerationStats) -> list[int]:
         """One speculative step: draft, verify in one forward, accept, roll back the rest.
         Invariant: the target cache holds ids[:-1]; ids[-1] is fed with the drafts."""
         # The target's own token always comes on top of the drafts, so never draft the last budget slot.
-        draft = proposer.propose(ids, budget - 1, sampler) if proposer is not None else None
+        draft = drafter.propose(ids, budget - 1, sampler) if drafter is not None else None
         drafts = draft.tokens[: budget - 1] if draft else []
         if drafts and self.draft_length is not None:
             # Verify only as many as pay on this runtime's cost curve; a skipped draft is still scored.
@@ -383,21 +307,19 @@ class Engine:
             stats.accepted += accepted
             stats.drafted_by[source] = stats.drafted_by.get(source, 0) + len(drafts)
             stats.accepted_by[source] = stats.accepted_by.get(source, 0) + accepted
-            proposer.feedback(len(drafts), accepted)
+            drafter.feedback(len(drafts), accepted)
         new_tokens = [*drafts[:accepted], next_token]
         ids.extend(new_tokens)
         if self.draft_length is not None:
             self.draft_length.observe(ids)
         return new_tokens
 
-    def calibrate(self, model_key: str, *, drafts: bool = True) -> CostAwareLength | None:
-        """Measure the target's cost curve, or read it from the machine's cache of curves (`cached_cost_curve`,
-        keyed by `model_key` and the runtime's settings): it sizes the prompt (prefill speed) and, with
-        `drafts`, makes the loop verify drafts only where they pay."""
-        from codespec.models import COST_CURVES, cache_root
-
+    def calibrate(self, model_key: str, curves: Path, *, drafts: bool = True) -> CostAwareLength | None:
+        """Measure the target's cost curve, or read it from the machine's cache of curves at `curves`
+        (`cached_cost_curve`, keyed by `model_key` and the runtime's settings): it sizes the prompt (prefill
+        speed) and, with `drafts`, makes the loop verify drafts only where they pay."""
         self.reset_cache()
-        curve = cached_cost_curve(self.runtime, model_key, cache_root() / COST_CURVES)
+        curve = cached_cost_curve(self.runtime, model_key, curves)
         self.draft_length = CostAwareLength(curve.cost) if drafts else None
         return self.draft_length
 
@@ -448,13 +370,13 @@ def _verify_sampling(draft: Draft | None, drafts: list[int], logits: torch.Tenso
     return len(drafts), sampler.sample(p[len(drafts)])
 
 
-def drafter_from(draft, config: DraftModelConfig | None = None) -> Proposer:
-    """The model drafter of a draft: a DraftModelProposer for a draft model, an EagleProposer for an EAGLE head
+def drafter_from(draft, config: DraftModelConfig | None = None) -> Drafter:
+    """The model drafter of a draft: a ModelDrafter for a draft model, an EagleDrafter for an EAGLE head
     (which drafts from the target's features once an engine attaches it)."""
     model = _model_of(draft)
     if isinstance(model, EagleHead):
-        return EagleProposer(model, None, config)
-    return DraftModelProposer(model, config)
+        return EagleDrafter(model, None, config)
+    return ModelDrafter(model, config)
 
 
 def _model_of(obj):
@@ -478,6 +400,4 @@ def _default_stops(engine: Engine) -> list[int]:
         eos = getattr(getattr(engine.runtime, "model", None), "config", None)
         eos = getattr(eos, "eos_token_id", None)
         return [eos] if isinstance(eos, int) else list(eos or [])
-    from codespec.models import stop_token_ids
-
     return stop_token_ids(engine.tokenizer)

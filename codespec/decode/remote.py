@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from codespec import fim
-from codespec.decode.engine import CancelToken, GenerationResult, GenerationStats, StepEvent, StopFn
+from codespec.decode.api import CancelToken, GenerationResult, GenerationStats, StepEvent, StopFn
 from codespec.errors import CodespecError
 
 logger = logging.getLogger(__name__)
@@ -94,8 +94,9 @@ class RemoteEngine:
         self._conditions: dict[str, str] = {}  # current trouble -> its message; logged when it first appears
         self._retry_at = 0.0
         self._failures = 0
-        self.codespec_models: dict[str, Any] = {"engine": url, "engineModel": model, "engineKind": None,
-                                                "runtime": "remote"}
+        self.served: dict[str, Any] = {"engine": url, "engineModel": model, "engineKind": None, "runtime": "remote"}
+        self.max_positions: int | None = None  # the engine's; it refuses a prompt that does not fit
+        self.prefills_ahead = False  # the KV lives in the engine, which caches the prompts it saw itself
 
     # ----- what the LSP side calls ------------------------------------------------------------------
 
@@ -105,6 +106,28 @@ class RemoteEngine:
 
     def close(self) -> None:
         self.client.close()
+
+    def cached_prefix(self, prompt_ids: Sequence[int]) -> int:
+        return 0  # the engine's cache is not visible from here
+
+    def prefill(self, prompt_ids: Sequence[int], *, cancel: CancelToken | None = None,
+                chunk: int | None = None) -> int:
+        return 0  # not done from here: the engine caches the prompts of the requests it serves
+
+    def prefill_tokens_per_s(self) -> float | None:
+        return None
+
+    def cost_points(self) -> tuple[tuple[int, float], ...]:
+        return ()
+
+    def describe(self) -> dict[str, Any]:
+        return {"remote": self.health()}
+
+    def generate(self, prompt_ids: Sequence[int], **kwargs: Any) -> GenerationResult:
+        for event in self.stream(prompt_ids, **kwargs):
+            if event.done and event.result is not None:
+                return event.result
+        raise AssertionError("stream ended without a result")
 
     def stream(
         self,
@@ -264,7 +287,7 @@ class RemoteEngine:
         owners = {str(m.get("owned_by", "")) for m in models if isinstance(m, dict)}
         self.kind = LLAMA_SERVER if "llamacpp" in owners else OPENAI
         self.send_token_ids = self.kind == LLAMA_SERVER and self._same_tokenizer()
-        self.codespec_models.update(engineKind=self.kind, engineModel=self.model, tokenIds=self.send_token_ids)
+        self.served.update(engineKind=self.kind, engineModel=self.model, tokenIds=self.send_token_ids)
         logger.info("engine at %s: %s serving %s%s", self.url, self.kind, self.model,
                     " (prompt sent as token ids)" if self.send_token_ids else "")
 
@@ -304,7 +327,7 @@ class RemoteEngine:
 
     def health(self) -> dict[str, Any]:
         """For `codespec/stats`: the engine and its current trouble, if any."""
-        return {**self.codespec_models, "trouble": sorted(self._conditions.values())}
+        return {**self.served, "trouble": sorted(self._conditions.values())}
 
 
 class _Output:
@@ -410,38 +433,3 @@ def _http_trouble(status: int, text: str, model: str | None) -> EngineTrouble:
     if status in (429, 503):
         return EngineTrouble("busy", f"engine busy ({status}): {text[:200]}")
     return EngineTrouble(f"http-{status}", f"engine answered {status}: {text[:200]}")
-
-
-def load_tokenizer(spec: str) -> Any:
-    """Only the tokenizer of a model spec (no weights): the prompt is built here, the model runs elsewhere."""
-    from codespec.models import ensure_bundled_gguf, ensure_gguf_tokenizer, parse_spec
-
-    parsed = parse_spec(spec)
-    if parsed.kind == "tiny":
-        from codespec.tiny import tiny_tokenizer
-
-        return tiny_tokenizer()
-    from transformers import AutoTokenizer
-
-    if parsed.kind == "bundled":
-        return AutoTokenizer.from_pretrained(str(ensure_bundled_gguf(parsed.name).parent), local_files_only=True)
-    if parsed.kind == "gguf":
-        assert parsed.path is not None
-        return AutoTokenizer.from_pretrained(str(ensure_gguf_tokenizer(parsed.path)), local_files_only=True)
-    if parsed.kind == "hf_dir":
-        return AutoTokenizer.from_pretrained(str(parsed.path), local_files_only=True)
-    return AutoTokenizer.from_pretrained(parsed.name)
-
-
-def remote_engine(url: str, model_spec: str, engine_model: str | None = None) -> RemoteEngine:
-    """The engine client for `codespec serve --engine URL`: the prompt template and tokenizer of
-    `model_spec` (a Qwen2.5-Coder of any size shares the bundled models' tokenizer)."""
-    from codespec.models import FIM_STOP_TOKENS, stop_token_ids
-
-    tokenizer = load_tokenizer(model_spec)
-    vocab = tokenizer.get_vocab()
-    engine = RemoteEngine(url, tokenizer=tokenizer, stop_token_ids=stop_token_ids(tokenizer),
-                          stop_strings=[t for t in FIM_STOP_TOKENS if t in vocab], model=engine_model)
-    engine.codespec_models.update(model=model_spec, draftModel=None, drafting="engine", runtimeFallback=None)
-    engine.probe()
-    return engine

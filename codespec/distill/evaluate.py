@@ -104,7 +104,7 @@ def speculative_eval(target, drafts: dict[str, object], prompts: Sequence[EvalPr
             _add(totals[name], stats)
             same = result.token_ids == plain.token_ids
             totals[name]["divergences"] += 0 if same else 1
-            row[name] = {"tau": round(stats["mean_accept_len"], 3), "acceptance": round(stats["acceptance_rate"], 3),
+            row[name] = {"tau": round(stats["tokens_per_forward"], 3), "acceptance": round(stats["acceptance_rate"], 3),
                          "tokens": stats["new_tokens"], "target_forwards": stats["target_forwards"],
                          "identical": same}
             bar.update()

@@ -4,7 +4,7 @@ With greedy verification the output is the target's plain greedy output T whatev
 every draft starts from a prefix of T. As long as its tokens match T, the draft model sees exactly the
 context a teacher-forced forward over prompt + T gives it; the first token that does not match is rejected
 and whatever it drafts after that is rejected with it. So the draft's argmax and its probability after each
-prefix of T (one forward) decide every step of `Engine` with `DraftModelProposer`: how many tokens are
+prefix of T (one forward) decide every step of `Engine` with `ModelDrafter`: how many tokens are
 accepted, when the draft stops for low confidence, how its length adapts, how many target forwards the
 generation takes. Once T is known (one plain greedy run of the target per prompt), tau for any draft and
 any drafting configuration costs one draft forward per prompt instead of a speculative decode, which is
@@ -55,7 +55,7 @@ def draft_predictions(model, prompt_ids: Sequence[int], target_tokens: Sequence[
 def replay(predictions: DraftPredictions, target_tokens: Sequence[int], max_new_tokens: int,
            stop_ids: Sequence[int], config: DraftModelConfig | None = None, *,
            by_step: Sequence[DraftPredictions] = ()) -> Replayed:
-    """`Engine.generate(drafting="model", temperature 0)` step by step, as `DraftModelProposer` drafts.
+    """`Engine.generate(drafting="model", temperature 0)` step by step, as `ModelDrafter` drafts.
     `by_step`: for a drafter whose prediction depends on how many tokens it has drafted since the target's last
     forward, the predictions of its draft tokens 0, 1, ... of every step (`predictions` for those after them)."""
     config = config or DraftModelConfig()
@@ -78,7 +78,7 @@ def replay(predictions: DraftPredictions, target_tokens: Sequence[int], max_new_
             accepted += 1
         forwards += 1
         accepted_total += accepted
-        if limit > 0:  # as DraftModelProposer.feedback; a rejected draft had more tokens than were accepted
+        if limit > 0:  # as ModelDrafter.feedback; a rejected draft had more tokens than were accepted
             length = config.next_length(length, accepted + (not all_accepted), accepted)
         step = target_tokens[produced : produced + accepted + 1]
         stop_at = next((i for i, token in enumerate(step) if token in stops), None)

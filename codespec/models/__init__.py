@@ -20,6 +20,7 @@ parts -> one GGUF; convert: GGUF -> the cache; load: loading by spec; cli: `code
 Patch a name in the module that uses it (codespec.models.convert.convert_gguf_to_hf, ...), not here.
 """
 
+from codespec.fim import FIM_STOP_TOKENS, stop_token_ids
 from codespec.models.bundle import (
     MAKE_TARGET,
     assemble_gguf,
@@ -41,8 +42,8 @@ from codespec.models.cache import (
     bundled_cache_dir,
     cache_root,
     check_cache,
+    cost_curves_path,
 )
-from codespec.models.cli import list_models, register
 from codespec.models.convert import (
     GGUF_NAME,
     convert_gguf_to_hf,
@@ -54,7 +55,7 @@ from codespec.models.convert import (
 )
 from codespec.models.cpu import cpu_bf16_speedup, cpu_has_native_bf16, release_freed_memory
 from codespec.models.device import CPU_LLAMACPP_WHY, Profile, default_profile, resolve_device, resolve_dtype
-from codespec.models.load import FIM_STOP_TOKENS, LoadedModel, load_model, stop_token_ids
+from codespec.models.load import LoadedModel, load_model
 from codespec.models.spec import ALIASES, BUNDLED, BUNDLED_ORDER, BundledModel, ModelSpec, parse_spec
 
 __all__ = [
@@ -84,6 +85,7 @@ __all__ = [
     "cache_root",
     "check_cache",
     "convert_gguf_to_hf",
+    "cost_curves_path",
     "cpu_bf16_speedup",
     "cpu_has_native_bf16",
     "default_profile",
@@ -94,11 +96,9 @@ __all__ = [
     "gguf_of",
     "installed_parts",
     "installed_version",
-    "list_models",
     "load_model",
     "locate_parts",
     "parse_spec",
-    "register",
     "release_freed_memory",
     "resolve_device",
     "resolve_dtype",

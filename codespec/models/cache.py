@@ -31,6 +31,11 @@ def cache_root() -> Path:
     return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "codespec").expanduser()
 
 
+def cost_curves_path() -> Path:
+    """The machine's measured cost curves (codespec.decode.runtimes.cached_cost_curve reads and adds to it)."""
+    return cache_root() / COST_CURVES
+
+
 def bundled_cache_dir(name: str) -> Path:
     return cache_root() / name
 

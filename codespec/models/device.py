@@ -58,7 +58,7 @@ class Profile(NamedTuple):
     target: str
     draft: str | None
     drafting: str  # none | lookup | model | both
-    runtime: str = "torch"  # codespec.decode.runtimes.RUNTIMES
+    runtime: str = "torch"  # codespec.modes.RUNTIMES
     why: str = ""  # the measurement behind it, for `codespec models`
 
 

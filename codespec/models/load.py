@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from codespec import fim
 from codespec.errors import CodespecError
+from codespec.fim import stop_token_ids
 from codespec.models.cache import cache_root
 from codespec.models.convert import (
     _first_line,
@@ -19,23 +19,13 @@ from codespec.models.convert import (
 )
 from codespec.models.device import resolve_device, resolve_dtype
 from codespec.models.spec import ModelSpec, parse_spec
+from codespec.modes import RUNTIMES
 
 if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 
-# The FIM stop tokens: the instruct models run past <|endoftext|> in FIM mode without the others.
-FIM_STOP_TOKENS = (
-    fim.ENDOFTEXT,
-    fim.IM_END,
-    fim.FIM_PREFIX,
-    fim.FIM_SUFFIX,
-    fim.FIM_MIDDLE,
-    fim.FIM_PAD,
-    fim.FILE_SEP,
-    fim.REPO_NAME,
-)
 
 
 @dataclass
@@ -50,16 +40,6 @@ class LoadedModel:
     stop_ids: list[int] = field(default_factory=list)  # stop_token_ids(tokenizer)
 
 
-def stop_token_ids(tokenizer: PreTrainedTokenizerBase) -> list[int]:
-    """The FIM stop tokens that exist as single tokens in this vocabulary, plus the tokenizer's EOS."""
-    vocab = tokenizer.get_vocab()
-    ids = [vocab[token] for token in FIM_STOP_TOKENS if token in vocab]
-    eos = tokenizer.eos_token_id
-    if isinstance(eos, int) and eos not in ids:
-        ids.append(eos)
-    return ids
-
-
 def load_model(
     spec: str,
     *,
@@ -72,8 +52,6 @@ def load_model(
     """Load a model by spec (see the module docstring); bundled models are converted on first use.
     `runtime`: torch (transformers), llamacpp (a GGUF-backed spec on llama.cpp's CPU kernels) or auto."""
     import torch
-
-    from codespec.decode.runtimes import resolve_runtime
 
     if threads is not None:
         if threads < 1:
@@ -206,3 +184,17 @@ def _wrap(
         path=path,
         stop_ids=stop_token_ids(tokenizer),
     )
+
+
+def resolve_runtime(runtime: str, spec: str, device: str = "auto") -> str:
+    """`auto` picks llama.cpp for a GGUF-backed spec on a CPU when llama-cpp-python is importable, else torch."""
+    if runtime not in RUNTIMES:
+        raise CodespecError(f"unknown runtime {runtime!r}; use one of {', '.join(RUNTIMES)}")
+    if runtime != "auto":
+        return runtime
+    from codespec.decode.runtimes.llamacpp import llamacpp_available
+
+    gguf_backed = parse_spec(spec).kind in ("bundled", "gguf")
+    if gguf_backed and resolve_device(device).type == "cpu" and llamacpp_available():
+        return "llamacpp"
+    return "torch"

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from codespec.errors import CodespecError
+from codespec.sessions.format import load_sessions
 
 
 def register(subparsers: Any, name: str, help_text: str) -> None:
@@ -141,33 +142,6 @@ def _register_replay(subparsers: Any, name: str, help_text: str) -> None:
         help="exit 1 on errors, missing answers, answers after cancellation or a document text mismatch",
     )
     parser.set_defaults(func=_run_replay)
-
-
-def session_paths(paths: list[Path]) -> list[Path]:
-    found: list[Path] = []
-    for path in paths:
-        if path.is_dir():
-            found.extend(sorted(path.glob("*.jsonl")))
-        else:
-            found.append(path)
-    if not found:
-        raise CodespecError("no session files given (directories hold *.jsonl)")
-    return found
-
-
-def load_sessions(paths: list[Path]):
-    from codespec.sessions.format import SessionFormatError, read_session, validate_session
-
-    sessions = []
-    for path in session_paths(paths):
-        session = read_session(path)
-        problems = validate_session(session)
-        if problems:
-            raise SessionFormatError(
-                f"{path}: {problems[0]}" + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else "")
-            )
-        sessions.append(session)
-    return sessions
 
 
 def correctness_failures(summary: dict[str, Any]) -> list[str]:

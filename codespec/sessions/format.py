@@ -416,3 +416,29 @@ def final_texts(session: Session) -> dict[str, str]:
     for event in session.events:
         docs.apply(event)
     return {uri: buf.text for uri, buf in {**docs.closed, **docs.open}.items()}
+
+
+def session_paths(paths: list[Path]) -> list[Path]:
+    found: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found.extend(sorted(path.glob("*.jsonl")))
+        else:
+            found.append(path)
+    if not found:
+        raise CodespecError("no session files given (directories hold *.jsonl)")
+    return found
+
+
+def load_sessions(paths: list[Path]) -> list:
+    """The sessions of files and directories (their *.jsonl), each validated; the first problem is raised."""
+    sessions = []
+    for path in session_paths(paths):
+        session = read_session(path)
+        problems = validate_session(session)
+        if problems:
+            raise SessionFormatError(
+                f"{path}: {problems[0]}" + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else "")
+            )
+        sessions.append(session)
+    return sessions

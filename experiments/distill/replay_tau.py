@@ -5,7 +5,7 @@
    stop token that ended each one.
 2. Per draft (the run's base draft and every DIR), one forward per prompt gives its greedy token and
    confidence after every prefix of that output; `codespec.distill.tau` turns them into the target
-   forwards and accepted tokens of speculative decoding with `DraftModelProposer` under each `--config`
+   forwards and accepted tokens of speculative decoding with `ModelDrafter` under each `--config`
    (max_draft:min_confidence; the first is the default).
 3. Where a draft's DIR/distill-eval.json (and `--engine-rows`, outputs of more_prompts.py) measured the same
    prompts with the real Engine, the replayed target forwards are compared with them, prompt by prompt.

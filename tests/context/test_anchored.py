@@ -17,7 +17,7 @@ from codespec.context.block import (
     prompt_budget,
 )
 from codespec.context.build import COLD
-from codespec.decode.drafters import common_prefix_len
+from codespec.decode.runtimes.kv import common_prefix_len
 from codespec.tiny import tiny_tokenizer
 from tests.context.helpers import context_at
 

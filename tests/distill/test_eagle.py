@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from codespec.cli import main
-from codespec.decode.eagle import EagleHead, EagleProposer, FeatureBuffer, load_head
+from codespec.decode.eagle import EagleDrafter, EagleHead, load_head
 from codespec.decode.engine import Engine, drafter_from
+from codespec.decode.runtimes.kv import FeatureBuffer
 from codespec.decode.sampling import Sampler
 from codespec.distill import data
 from codespec.distill.head import head_agreement, head_loss, head_positions
@@ -114,7 +115,7 @@ def test_sampling_with_a_head_is_seeded_and_its_drafts_carry_distributions():
     second = engine.generate(prompt, max_new_tokens=16, temperature=0.8, seed=7)
     assert first.token_ids == second.token_ids and len(first.token_ids) == 16
     proposer = engine.model_drafter
-    assert isinstance(proposer, EagleProposer)
+    assert isinstance(proposer, EagleDrafter)
     draft = proposer.propose(prompt + first.token_ids[:1], 3, Sampler(0.8, 1.0, 1))
     assert draft is not None and draft.probs is not None and draft.probs.shape[0] == len(draft.tokens)
 

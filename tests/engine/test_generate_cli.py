@@ -33,7 +33,7 @@ def test_generate_json_matches_plain_greedy_for_every_drafting_mode(tmp_path):
         assert out["token_ids"] == expected
         assert out["text"] == tokenizer.decode(expected)
         stats = out["stats"]
-        for key in ("prefill_tokens", "target_forwards", "drafted", "accepted", "mean_accept_len", "prefill_s",
+        for key in ("prefill_tokens", "target_forwards", "drafted", "accepted", "tokens_per_forward", "prefill_s",
                     "decode_s"):
             assert key in stats
         assert stats["prefill_tokens"] == len(tokenizer.encode(prompt))

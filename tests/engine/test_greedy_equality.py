@@ -43,7 +43,7 @@ def test_target_as_its_own_draft_accepts_everything(target):
     assert result.token_ids == reference_greedy(target.model, prompt, 30, set())
     assert result.stats.drafted > 0
     assert result.stats.accepted == result.stats.drafted
-    assert result.stats.mean_accept_len > 3
+    assert result.stats.tokens_per_forward > 3
 
 
 def test_eos_inside_a_draft_stops_exactly_where_greedy_stops(target):
@@ -69,7 +69,7 @@ def test_earlier_completion_as_extra_stream_gives_long_accepts(target):
     warm = engine.generate(prompt, max_new_tokens=80, extra_streams=[prompt + earlier])
     assert cold.token_ids == warm.token_ids == earlier
     # The earlier completion is re-proposed and accepted in long runs.
-    assert warm.stats.mean_accept_len > 4
+    assert warm.stats.tokens_per_forward > 4
     assert warm.stats.target_forwards < cold.stats.target_forwards / 3
 
 
@@ -83,15 +83,15 @@ def test_empty_drafts_and_single_token_budget(target):
 
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
 def test_a_draft_ends_at_a_token_that_ends_the_generation(target, draft, temperature):
-    from codespec.decode.drafters import DraftModelProposer
+    from codespec.decode.drafters import ModelDrafter
     from codespec.decode.sampling import Sampler
 
     prompt = list(b"for i in range(10):\n    print(i)\n")
     config = DraftModelConfig(min_confidence=0.0, start_draft=8)
-    free = DraftModelProposer(draft.model, config).propose(prompt, 8, Sampler(temperature, 1.0, 0))
+    free = ModelDrafter(draft.model, config).propose(prompt, 8, Sampler(temperature, 1.0, 0))
     assert len(free.tokens) == 8
     stop = free.tokens[2]
-    stopping = DraftModelProposer(draft.model, config, stop_ids={stop})
+    stopping = ModelDrafter(draft.model, config, stop_ids={stop})
     cut = stopping.propose(prompt, 8, Sampler(temperature, 1.0, 0))
     # Whatever follows a stop token is discarded whether the target accepts it or not: never drafted.
     assert cut.tokens == free.tokens[: free.tokens.index(stop) + 1]

@@ -16,7 +16,8 @@ import httpx
 import pytest
 
 from codespec.decode.engine import CancelToken, Engine
-from codespec.decode.remote import UNAVAILABLE, EngineTimeouts, RemoteEngine, remote_engine
+from codespec.decode.remote import UNAVAILABLE, EngineTimeouts, RemoteEngine
+from codespec.engine_options import remote_engine
 from codespec.errors import CodespecError
 from codespec.llama_server import LlamaServer, free_port
 from codespec.tiny import tiny_tokenizer

@@ -214,7 +214,7 @@ def test_a_gguf_spec_loads_on_llamacpp_with_its_own_tokenizer(tiny_gguf, tmp_pat
     monkeypatch.setattr(codespec.models.convert, "_save_gguf_tokenizer",
                         lambda gguf_path, out_dir: tiny_tokenizer().save_pretrained(str(out_dir)))
     engine = load_engine(str(tiny_gguf), drafting="lookup", runtime="llamacpp", threads=1, progress=False)
-    assert isinstance(engine.runtime, LlamaCppRuntime) and engine.codespec_models["runtime"] == "llamacpp"
+    assert isinstance(engine.runtime, LlamaCppRuntime) and engine.served["runtime"] == "llamacpp"
     assert engine.tokenizer.get_vocab() == tiny_tokenizer().get_vocab()
     assert engine.draft_length is not None and engine.runtime.cost_curve is not None  # calibrated at load
     prompt = tiny_tokenizer().encode("def push(self, item):\n")
@@ -236,8 +236,8 @@ def test_the_server_falls_back_to_torch_when_llamacpp_cannot_load(tmp_path, monk
         load_engine(str(tiny_gguf), drafting="lookup", runtime="llamacpp", progress=False)
     engine = load_engine(str(tiny_gguf), drafting="lookup", runtime="llamacpp", progress=False, degrade=True,
                          calibrate=False)
-    assert engine.runtime.name == "torch" and engine.codespec_models["runtime"] == "torch"
-    assert "llama-cpp-python is not installed" in engine.codespec_models["runtimeFallback"]
+    assert engine.runtime.name == "torch" and engine.served["runtime"] == "torch"
+    assert "llama-cpp-python is not installed" in engine.served["runtimeFallback"]
     assert "using torch" in capsys.readouterr().err
 
 

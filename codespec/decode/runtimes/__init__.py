@@ -22,10 +22,9 @@ from pathlib import Path
 
 import torch
 
-from codespec.decode.drafters import common_prefix_len
-from codespec.errors import CodespecError
+from codespec.decode.runtimes.kv import common_prefix_len
+from codespec.modes import RUNTIMES  # noqa: F401 - re-exported; the names live where torch is not needed
 
-RUNTIMES = ("auto", "torch", "llamacpp")
 # Logit gap under which two tokens are a near-tie: batched and single-token forwards of a reduced-precision
 # runtime may order them differently (bf16 rounds logits of ~20 to steps of 0.125; llama.cpp quantizes
 # activations to 8 bits per block in a batch).
@@ -51,10 +50,6 @@ class CostCurve:
                 return s0 + (s1 - s0) * (k - k0) / (k1 - k0)
         (k0, s0), (k1, s1) = pts[-2], pts[-1]
         return s1 + (s1 - s0) * (k - k1) / (k1 - k0)
-
-    def relative(self, k: int) -> float:
-        """Cost of a forward over k tokens in units of a single-token forward."""
-        return self.cost(k) / self.points[0][1]
 
     def to_dict(self) -> dict[str, float]:
         return {str(k): round(s * 1000, 2) for k, s in self.points}
@@ -101,6 +96,10 @@ class Runtime(ABC):
     def forward(self, tokens: Sequence[int], logits: int) -> torch.Tensor:
         """Run `tokens` after the cached ones (appending them to the active slot); float32 logits of the last
         `logits` positions, shape [logits, vocab]."""
+
+    def keep_features(self, on: bool) -> None:
+        """Keep the target's features (last hidden states) for a drafter that reads them; only torch can."""
+        return None  # the default: no runtime but torch has them, and no drafter asks another for them
 
     @abstractmethod
     def truncate(self, length: int) -> None:
@@ -227,21 +226,6 @@ class Runtime(ABC):
             monotone.append((k, worst))
         self.cost_curve = CostCurve(tuple(monotone))
         return self.cost_curve
-
-
-def resolve_runtime(runtime: str, spec: str, device: str = "auto") -> str:
-    """`auto` picks llama.cpp for a GGUF-backed spec on a CPU when llama-cpp-python is importable, else torch."""
-    if runtime not in RUNTIMES:
-        raise CodespecError(f"unknown runtime {runtime!r}; use one of {', '.join(RUNTIMES)}")
-    if runtime != "auto":
-        return runtime
-    from codespec.decode.runtimes.llamacpp import llamacpp_available
-    from codespec.models import parse_spec, resolve_device
-
-    gguf_backed = parse_spec(spec).kind in ("bundled", "gguf")
-    if gguf_backed and resolve_device(device).type == "cpu" and llamacpp_available():
-        return "llamacpp"
-    return "torch"
 
 
 def machine_key() -> str:

@@ -12,9 +12,8 @@ from collections.abc import Sequence
 import torch
 from transformers import DynamicCache
 
-from codespec.decode.drafters import rollback_cache
-from codespec.decode.eagle import FeatureBuffer
 from codespec.decode.runtimes import Runtime
+from codespec.decode.runtimes.kv import FeatureBuffer, rollback_cache
 
 # Prompt tokens per prefill forward. A cancel is seen between chunks, so a superseded request stops within
 # one chunk instead of finishing a whole prompt (~1.3 s for 64 tokens of the 0.5B on a slow 2-core CPU);
@@ -85,6 +84,11 @@ class TorchRuntime(Runtime):
 
     def _clear_slot(self, index: int) -> None:
         self._parked.pop(index, None)
+
+    def keep_features(self, on: bool) -> None:
+        if self.collect_features != on:
+            self.collect_features = on
+            self.features.truncate(0)
 
     def sync(self, tokens: Sequence[int], *, place: bool = True) -> int:
         keep = super().sync(tokens, place=place)

@@ -1,0 +1,145 @@
+"""The engine interface the server and the tools program against, and its result types (no torch here).
+
+`CompletionEngine` is what `lsp/` asks of an engine; the local speculative `Engine` (engine.py) and the
+`RemoteEngine` (remote.py, a serving engine over HTTP) implement it. Everything in this module imports
+without torch or transformers, so the thin client (`codespec serve --engine URL`) needs neither."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+StopFn = Callable[[str], int | None]
+
+
+class CancelToken:
+    """Set from any thread; the decode loop checks it before every target forward."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.cancelled_at: float | None = None
+
+    def cancel(self) -> None:
+        if not self._event.is_set():
+            self.cancelled_at = time.perf_counter()
+            self._event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
+
+
+@dataclass
+class GenerationStats:
+    prompt_tokens: int = 0
+    prefill_tokens: int = 0  # prompt tokens actually run through the target
+    reused_tokens: int = 0  # prompt tokens whose KV came from the previous call
+    prefill_s: float = 0.0
+    target_forwards: int = 0  # decode forwards (prefill not counted)
+    drafted: int = 0
+    accepted: int = 0
+    drafted_by: dict[str, int] = field(default_factory=dict)
+    accepted_by: dict[str, int] = field(default_factory=dict)
+    new_tokens: int = 0
+    decode_s: float = 0.0
+    forwards_after_cancel: int = 0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def tokens_per_forward(self) -> float:
+        """tau: tokens produced per target forward (accepted drafts + the target's own token)."""
+        return self.new_tokens / self.target_forwards if self.target_forwards else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.new_tokens / self.decode_s if self.decode_s else 0.0
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.update(
+            acceptance_rate=self.acceptance_rate,
+            tokens_per_forward=self.tokens_per_forward,
+            tokens_per_s=self.tokens_per_s,
+        )
+        return d
+
+
+@dataclass
+class GenerationResult:
+    text: str
+    token_ids: list[int]
+    finish_reason: str  # eos | max_tokens | stop | cancelled | time
+    stats: GenerationStats
+    stop_token: int | None = None  # the stop token that ended it (finish "eos"), not in token_ids
+
+
+@dataclass
+class StepEvent:
+    # Text added by this step; deltas only ever append. A stop rule may cut the text shorter than what was
+    # already streamed: the final event's result.text is authoritative.
+    text: str
+    token_ids: list[int]  # tokens added by this step
+    done: bool = False
+    result: GenerationResult | None = None
+
+
+class CompletionEngine(Protocol):
+    """One completion engine: streams a prompt's continuation, and says what serves and how it is doing."""
+
+    tokenizer: Any  # encode / decode / get_vocab, as a transformers fast tokenizer (codespec.tokenizer.TextTokenizer)
+    served: dict[str, Any]  # what serves, for `codespec/stats`: model, draftModel, drafting, runtimeFallback, ...
+    step_delay_s: float  # tests: a pause after each step, applied live
+    max_positions: int | None  # the context window, None when unknown
+    prefills_ahead: bool  # computes a prompt's KV ahead of its request (idle time); a remote engine caches itself
+
+    def stream(
+        self,
+        prompt_ids: Sequence[int],
+        *,
+        max_new_tokens: int = 128,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        cancel: CancelToken | None = None,
+        stop: StopFn | None = None,
+        extra_streams: Sequence[Sequence[int]] = (),
+        max_time_s: float | None = None,
+        drafting: str | None = None,
+    ) -> Iterator[StepEvent]:
+        """Deltas of the continuation as they are decided; the last event is `done` with the result."""
+        ...
+
+    def generate(self, prompt_ids: Sequence[int], **kwargs: Any) -> GenerationResult:
+        """`stream` to the end."""
+        ...
+
+    def reset_cache(self) -> None:
+        """Forget cached prompts (after a failure, or when caching is off)."""
+        ...
+
+    def cached_prefix(self, prompt_ids: Sequence[int]) -> int:
+        """How many of a prompt's tokens are cached already (0 where the engine cannot tell)."""
+        ...
+
+    def prefill(self, prompt_ids: Sequence[int], *, cancel: CancelToken | None = None,
+                chunk: int | None = None) -> int:
+        """Compute a prompt's KV ahead of its request; returns the tokens computed (0: not done here)."""
+        ...
+
+    def prefill_tokens_per_s(self) -> float | None:
+        """Measured prefill speed, None when not measured (it sizes the prompt)."""
+        ...
+
+    def cost_points(self) -> tuple[tuple[int, float], ...]:
+        """The measured cost of a forward over k tokens, (k, seconds), empty when not measured."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """What `codespec/stats` shows of the engine beyond `served`: runtime, draft acceptance, KV, health."""
+        ...
