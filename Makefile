@@ -16,7 +16,7 @@ $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q $(TORCH_SPEC)
-	$(PIP) install -q -e ".[test,bench,distill]"
+	$(PIP) install -q -e ".[local,test,bench,distill]"
 	touch $@
 
 venv: $(VENV)/.installed

@@ -5,10 +5,20 @@ import threading
 import pytest
 import torch
 
-from codespec.decode.engine import CancelToken, Engine, stop_at_strings
+from codespec.decode.engine import CancelToken, Engine
 from codespec.errors import CodespecError
 from codespec.tiny import tiny_model
 from tests.engine.conftest import Bundle, reference_greedy
+
+
+def stop_at_strings(strings):
+    """A stop rule for literal stop strings, which may span token boundaries: cut before the first one."""
+
+    def stop(text: str) -> int | None:
+        cuts = [i for i in (text.find(s) for s in strings if s) if i >= 0]
+        return min(cuts) if cuts else None
+
+    return stop
 
 
 @torch.inference_mode()
