@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 from collections.abc import Iterator
 from typing import Any
 
 from codespec.errors import CodespecError
 from codespec.models.bundle import MAKE_TARGET, installed_parts, installed_version
 from codespec.models.cache import CACHE_ENV, COST_CURVES, bundled_cache_dir, cache_root, check_cache
-from codespec.models.convert import ensure_bundled
+from codespec.models.convert import GGUF_NAME, ensure_bundled
 from codespec.models.device import default_profile, resolve_device
+from codespec.models.requantize import REQUANTIZE_ON_FETCH, ensure_requantized, fallback_line, serving_gguf
 from codespec.models.spec import ALIASES, BUNDLED, BUNDLED_ORDER, parse_spec
 
 
@@ -32,17 +34,32 @@ def register(subparsers: Any, name: str, help: str) -> None:  # noqa: A002 (the 
 
 def _cmd_fetch(args: Any) -> int:
     names: list[str] = []
+    # (name, format): requantized files to make (bundled:NAME@FORMAT); by default the CPU default's format
+    formats = [] if args.specs else [(n, f) for n, f in REQUANTIZE_ON_FETCH.items() if n in BUNDLED_ORDER]
     for spec in args.specs or [f"bundled:{n}" for n in BUNDLED_ORDER]:
         parsed = parse_spec(spec)
         if parsed.kind != "bundled":
             raise CodespecError(f"`models fetch` prepares bundled models only; {spec!r} is not one")
         names.append(parsed.name)
+        if parsed.weight_format:
+            formats.append((parsed.name, parsed.weight_format))
     for name in sorted(set(names), key=BUNDLED_ORDER.index):
         with _terminate_as_interrupt():
             report = ensure_bundled(name, force=args.force, progress=not args.quiet)
         verb = f"converted in {report.seconds:.0f} s" if report.converted else "already converted"
         print(f"bundled:{name}: {verb}: {report.path}")
-    return 0
+    failed = False
+    for name, fmt in formats:
+        try:
+            with _terminate_as_interrupt():
+                report = ensure_requantized(name, fmt, force=args.force, progress=not args.quiet)
+        except CodespecError as exc:  # the bundled GGUF keeps serving: one line, and the other files stand
+            print(fallback_line(name, fmt, str(exc)), file=sys.stderr)
+            failed = failed or bool(args.specs)  # a format the user named is an error; the default's is not
+            continue
+        verb = f"requantized in {report.seconds:.0f} s" if report.converted else "already requantized"
+        print(f"bundled:{name}@{fmt}: {verb}: {report.path}")
+    return 1 if failed else 0
 
 
 @contextlib.contextmanager
@@ -82,9 +99,21 @@ def list_models(*, verify: bool = False) -> list[dict[str, Any]]:
                 "state": state.state,
                 "reason": state.reason,
                 "size_bytes": state.size_bytes,
+                **_llamacpp_file(name),
             }
         )
     return rows
+
+
+def _llamacpp_file(name: str) -> dict[str, Any]:
+    """Which GGUF llama.cpp serves this model from: the requantized one the CPU default names, else the bundled."""
+    fmt = REQUANTIZE_ON_FETCH.get(name)
+    if fmt is None:
+        return {}
+    path, why = serving_gguf(name, fmt)
+    return {"llamacpp_format": fmt if path else "bundled",
+            "llamacpp_file": str(path or cache_root() / f"{name}-gguf" / GGUF_NAME),
+            "llamacpp_why": why or ""}
 
 
 def _cmd_list(args: Any) -> int:
@@ -103,6 +132,10 @@ def _cmd_list(args: Any) -> int:
         state = row["state"] + (f" ({row['reason']})" if row["reason"] else "")
         print(f"  {row['spec']:<28} wheels {row['wheels']:<6} cache: {state:<10} {size:>8}  {row['cache']}")
         print(f"  {'':<28} aliases: {', '.join(row['aliases'])}; {row['upstream']}")
+        if "llamacpp_file" in row:
+            fmt = row["llamacpp_format"]
+            why = f" ({row['llamacpp_why']})" if row["llamacpp_why"] else ""
+            print(f"  {'':<28} llama.cpp serves {fmt}: {row['llamacpp_file']}{why}")
     print("  tiny, tiny:SEED              random-weight test models (no weights needed)")
     print(
         "  DIR | FILE.gguf | hub:ORG/NAME  a HF directory, a GGUF (converted into the cache), a hub download"

@@ -13,11 +13,11 @@ from codespec.models.cache import cache_root
 from codespec.models.convert import (
     _first_line,
     ensure_bundled,
-    ensure_bundled_gguf,
     ensure_gguf_file,
     ensure_gguf_tokenizer,
 )
 from codespec.models.device import resolve_device, resolve_dtype
+from codespec.models.requantize import bundled_llamacpp_runtime
 from codespec.models.spec import ModelSpec, parse_spec
 from codespec.modes import RUNTIMES
 
@@ -65,6 +65,8 @@ def load_model(
     if parsed.kind == "tiny":
         return _load_tiny(spec, parsed, target_device, target_dtype)
     if parsed.kind == "bundled":
+        if parsed.weight_format:
+            raise CodespecError(f"{spec!r} names a llama.cpp weight format: load it with --runtime llamacpp")
         path = ensure_bundled(parsed.name, progress=progress).path
         name = parsed.name
     elif parsed.kind == "gguf":
@@ -93,9 +95,9 @@ def _load_llamacpp(spec: str, parsed: ModelSpec, device: str | torch.device, dty
     if str(dtype) not in ("auto", "", "None"):
         raise CodespecError(f"--dtype {dtype} is for the torch runtime; llama.cpp computes in the GGUF's own "
                             "weight format")
-    if parsed.kind == "bundled":
-        gguf_path = ensure_bundled_gguf(parsed.name, progress=progress)
-        runtime = LlamaCppRuntime(gguf_path, threads=threads)
+    if parsed.kind == "bundled":  # requantized (bundled:NAME@FORMAT) where complete, else the bundled GGUF
+        runtime, gguf_path = bundled_llamacpp_runtime(parsed.name, parsed.weight_format, threads=threads,
+                                                      progress=progress)
         tokenizer_dir, name = gguf_path.parent, parsed.name
     elif parsed.kind == "gguf":
         assert parsed.path is not None

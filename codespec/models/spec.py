@@ -62,6 +62,7 @@ class ModelSpec:
     seed: int = 0
     path: Path | None = None
     allow_download: bool = False  # only for an explicit hub:ORG/NAME
+    weight_format: str | None = None  # bundled:NAME@FORMAT: the bundled GGUF requantized (models/requantize.py)
 
 
 def parse_spec(spec: str) -> ModelSpec:
@@ -72,8 +73,11 @@ def parse_spec(spec: str) -> ModelSpec:
     lowered = text.lower()
     if lowered == "tiny" or lowered.startswith("tiny:"):
         return _parse_tiny(text)
-    bundled = _bundled_name(lowered)
+    base, at, weight_format = lowered.partition("@")
+    bundled = _bundled_name(base)
     if bundled is not None:
+        if at:
+            return ModelSpec("bundled", bundled, weight_format=_weight_format(text, weight_format))
         return ModelSpec("bundled", bundled)
     if lowered.startswith("bundled:"):
         raise CodespecError(
@@ -103,6 +107,14 @@ def parse_spec(spec: str) -> ModelSpec:
         f"unknown model spec {text!r}: expected one of {', '.join(_bundled_spec_names())}, tiny[:SEED], "
         "a HF model directory, a .gguf file, or hub:ORG/NAME"
     )
+
+
+def _weight_format(text: str, name: str) -> str:
+    from codespec.models.requantize import FORMATS
+
+    if name not in FORMATS:
+        raise CodespecError(f"unknown weight format in model spec {text!r}; after @ write one of: {', '.join(FORMATS)}")
+    return name
 
 
 def _parse_tiny(text: str) -> ModelSpec:
