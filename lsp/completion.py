@@ -169,7 +169,7 @@ class CompletionManager:
         self._ids = itertools.count(1)
         self._generations: dict[str, list[Generation]] = {}
         self._waiters: dict[str, list[Waiter]] = {}
-        self._recent: dict[str, deque[str]] = {}  # shown suggestions per document, for prompt lookup
+        self._recent: dict[str, deque[str]] = {}  # shown suggestions per document (with their line), for lookup
         self._activity: dict[str, int] = {}  # per document: bumped by every request and edit
         self._closed = False
         self.encoding = "utf-16"  # the negotiated position encoding, for virtual documents
@@ -549,8 +549,9 @@ class CompletionManager:
                 generation.shown = True
                 generation.prefetched = False  # shown again (later request): prefetch after this one
                 recent = self._recent.setdefault(generation.anchor.uri, deque(maxlen=RECENT_COMPLETIONS))
-                if not recent or recent[-1] != suggestion:
-                    recent.append(suggestion)
+                shown = _line_before(generation.anchor) + suggestion  # with its line: realigned when typed over
+                if not recent or recent[-1] != shown:
+                    recent.append(shown)
             waiter.future.set_result(Answer(text=rest, generation=generation.id, source=waiter.source))
         if generation.done:
             self._maybe_prefetch(generation)
@@ -678,3 +679,10 @@ def _recover_engine(engine: Any, exc: BaseException) -> None:
                 torch.cuda.empty_cache()
         except Exception:
             pass
+
+
+def _line_before(anchor: Anchor) -> str:
+    """The anchor's line up to the cursor: an earlier suggestion is kept with it, so that a later request on
+    that line can realign it to what was typed (codespec/context/repeat.py)."""
+    start = anchor.text.rfind("\n", 0, anchor.offset) + 1
+    return anchor.text[start : anchor.offset]

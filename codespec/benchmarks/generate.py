@@ -31,7 +31,7 @@ from codespec.modes import SPECULATIVE_MODES
 @dataclass
 class Prompt:
     name: str
-    kind: str  # edit | fresh
+    kind: str  # real | edit | fresh | block
     ids: list[int]
 
 
@@ -122,6 +122,46 @@ def real_prompts(tokenizer, n: int, seed: int = 0) -> list[Prompt]:
     return prompts
 
 
+def block_prompts(tokenizer, n: int, seed: int = 0) -> list[Prompt]:
+    """Whole blocks: stdlib functions and loops of 3-15 body lines (not the project's own code) with the body
+    removed and the cursor on the empty first body line, FIM prompts as the server builds them; only cuts
+    where the context decides multi-line (the server's "block" mode) are kept. The completion is the body."""
+    import sysconfig
+
+    from codespec.context.build import ContextCache, build_context
+    from codespec.context.document import Document
+
+    root = Path(sysconfig.get_paths()["stdlib"])
+    files = sorted(p for p in root.glob("*.py") if 8_000 < p.stat().st_size < 200_000)
+    rng = random.Random(seed)
+    rng.shuffle(files)
+    prompts, cache = [], ContextCache()
+    for path in files:
+        if len(prompts) >= n:
+            break
+        source = path.read_text(encoding="utf-8", errors="replace")
+        try:
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError):
+            continue
+        blocks = [node for node in ast.walk(tree)
+                  if isinstance(node, ast.FunctionDef | ast.For | ast.While | ast.With) and node.body
+                  and 3 <= node.body[-1].end_lineno - node.body[0].lineno + 1 <= 15  # type: ignore[operator]
+                  and node.body[0].lineno > node.lineno and not isinstance(node.body[0], ast.Expr)]
+        if not blocks:
+            continue
+        node = rng.choice(blocks)
+        lines = source.split("\n")
+        first, last = node.body[0].lineno - 1, node.body[-1].end_lineno  # type: ignore[operator]
+        indent = lines[first][: len(lines[first]) - len(lines[first].lstrip())]
+        text = "\n".join(lines[:first] + [indent] + lines[last:])
+        doc = Document(f"file:///stdlib/{path.name}", "python", text)
+        ctx = build_context(doc, first, len(indent), tokenizer=tokenizer, cache=cache)
+        if ctx.mode == "block" and ctx.prompt_ids:
+            prompts.append(Prompt(f"{path.name}:{first + 1}", "block", list(ctx.prompt_ids)))
+    return prompts
+
+
 def fim_ids(tokenizer, prefix: str, suffix: str) -> list[int]:
     """Qwen2.5-Coder's FIM order: <|fim_prefix|>prefix<|fim_suffix|>suffix<|fim_middle|>."""
     marker = tokenizer.convert_tokens_to_ids
@@ -132,7 +172,7 @@ def fim_ids(tokenizer, prefix: str, suffix: str) -> list[int]:
 
 # name -> (tokenizer, n) -> prompts
 PROMPT_SETS: dict[str, Callable[..., list[Prompt]]] = {"real": real_prompts, "edit": edit_prompts,
-                                                     "fresh": fresh_prompts}
+                                                     "fresh": fresh_prompts, "block": block_prompts}
 
 
 # ----------------------------------------------------------------------------------------------- modes
@@ -261,6 +301,13 @@ def summarize(runs: Sequence[Run]) -> dict:
             forwards = sum(r.stats.get("target_forwards", 0) for r in mine)
             drafted = sum(r.stats.get("drafted", 0) for r in mine)
             accepted = sum(r.stats.get("accepted", 0) for r in mine)
+            forwards_by: dict[str, int] = {}
+            accepted_by: dict[str, int] = {}
+            for r in mine:
+                for source, n in r.stats.get("forwards_by", {}).items():
+                    forwards_by[source] = forwards_by.get(source, 0) + n
+                for source, n in r.stats.get("accepted_by", {}).items():
+                    accepted_by[source] = accepted_by.get(source, 0) + n
             per_mode[mode] = {
                 "seconds": round(seconds, 3),
                 "decode_seconds": round(decode, 3),
@@ -272,6 +319,11 @@ def summarize(runs: Sequence[Run]) -> dict:
                 "acceptance_rate": round(accepted / drafted, 3) if drafted else None,
                 "divergences": sum(1 for r in mine if reference.get(r.prompt) != r.tokens),
                 "prompts": len(mine),
+                # Per draft source: forwards that verified its drafts, tokens each produced (accepted + 1).
+                "forwards_by_source": forwards_by,
+                "tokens_per_forward_by_source": {source: round((accepted_by.get(source, 0) + n) / n, 2)
+                                                 for source, n in sorted(forwards_by.items()) if n},
+                "drafting_off": sum(1 for r in mine if r.stats.get("drafting_off")),
             }
         for row in per_mode.values():
             for base in BASES:
@@ -292,7 +344,8 @@ def markdown_table(summary: dict, title: str) -> str:
     bases = [b for b in BASES if any(b in s for s in summary.values())]
     for kind, per_mode in summary.items():
         header = ["mode", "decode tok/s", "tau", "acceptance"]
-        header += [f"decode vs {b}" for b in bases] + ["end to end vs plain", "prefill share", "divergences"]
+        header += [f"decode vs {b}" for b in bases] + ["end to end vs plain", "prefill share", "divergences",
+                                                       "tokens per forward by source (forwards)"]
         lines += [f"**{kind}** prompts", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for mode, row in per_mode.items():
             def cell(key, fmt="{:.2f}x", row=row):
@@ -302,6 +355,9 @@ def markdown_table(summary: dict, title: str) -> str:
             cells = [mode, f"{row['decode_tokens_per_s']:.2f}", cell("tau", "{:.2f}"), cell("acceptance_rate", "{:.0%}")]
             cells += [cell(f"decode_speedup_vs_{b}") for b in bases]
             cells += [cell("speedup_vs_plain"), cell("prefill_share", "{:.0%}"), f"{row['divergences']}/{row['prompts']}"]
+            by_source = row.get("tokens_per_forward_by_source") or {}
+            cells.append(", ".join(f"{source} {tpf:.2f} ({row['forwards_by_source'][source]})"
+                                   for source, tpf in by_source.items()) or "-")
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     return "\n".join(lines)

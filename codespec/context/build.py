@@ -43,7 +43,9 @@ from codespec.context.prompt import (
     rank_snippets,
     render_snippets_as_comments,
 )
+from codespec.context.repeat import realigned_suggestion, repeat_line_predictions
 from codespec.context.stop import BlockStop, LineStop, starts_with_closer, stop_now
+from codespec.decode.api import TokenStream
 
 if TYPE_CHECKING:  # a transformers fast tokenizer or codespec.tokenizer.TextTokenizer: no transformers import
     from transformers import PreTrainedTokenizerBase
@@ -654,7 +656,7 @@ def build_context(
         config,
         far_suffix=ctx.far_suffix,
     )
-    ctx.extra_streams = _extra_streams(doc, other_docs, recent_completions, cache, tokens, config)
+    ctx.extra_streams = _extra_streams(doc, other_docs, recent_completions, cache, tokens, config, ctx)
     return ctx
 
 
@@ -688,7 +690,7 @@ def _anchored(ctx: CompletionContext, doc: Document, line: int, tokens: TokenCac
     ctx.neighbours = list(block.neighbours) if block is not None else []
     ctx.prompt, ctx.prompt_ids, ctx.pinned_tokens = assemble_anchored(
         template, tokens, doc, block, [window, line_prefix], ctx.near_suffix, info, config)
-    ctx.extra_streams = _extra_streams(doc, other_docs, recent_completions, cache, tokens, config)
+    ctx.extra_streams = _extra_streams(doc, other_docs, recent_completions, cache, tokens, config, ctx)
     return ctx
 
 
@@ -820,12 +822,45 @@ def assemble_prompt(
     return out.fim(template, pieces, suffix)
 
 
-def _extra_streams(doc, other_docs, recent_completions, cache: ContextCache, tokens: TokenCache, config):
-    streams = []
+def _extra_streams(doc, other_docs, recent_completions, cache: ContextCache, tokens: TokenCache, config,
+                   ctx: CompletionContext | None = None):
+    """What prompt lookup may copy from beside the prompt, each stream with its source: the other open files,
+    the suggestions shown earlier (each with its line up to the anchor), and predictions of the cursor line's
+    rest (repeat-line, realigned) that start with the prompt's last tokens so a draft can be taken at once."""
+    streams: list[TokenStream] = []
     for other in other_docs[: config.max_streams]:
         if other.uri != doc.uri and "\x00" not in other.text[:10_000]:
-            streams.append(cache.stream(tokens, other, config.max_stream_chars))
-    for text in list(recent_completions)[-config.max_recent_completions :]:
-        if text:
-            streams.append(tokens.encode(text))
+            streams.append(TokenStream(cache.stream(tokens, other, config.max_stream_chars), "files"))
+    recent = [text for text in list(recent_completions)[-config.max_recent_completions :] if text]
+    for text in recent:
+        streams.append(TokenStream(tokens.encode(text), "suggestions"))
+    if ctx is not None and ctx.prompt_ids:
+        streams += _predicted_streams(ctx, doc, recent, tokens)
     return [s for s in streams if s]
+
+
+PREDICTION_ANCHOR = 8  # prompt tokens a predicted stream starts with: the lookup matches them at the first step
+
+
+def _predicted_streams(ctx: CompletionContext, doc: Document, recent: list[str],
+                       tokens: TokenCache) -> list[TokenStream]:
+    """The cursor line's rest as the line above (re-typed with one name or number changed) or an earlier
+    suggestion (realigned to what was typed since) would have it (codespec/context/repeat.py)."""
+    typed = ctx.line_prefix
+    if not typed.strip() or ctx.line_suffix.strip():
+        return []  # nothing typed to align, or the rest of the line is already there
+    healed = ctx.healed  # whitespace taken off the prompt's line prefix: the model types it
+    anchor = list(ctx.prompt_ids[-PREDICTION_ANCHOR:])
+    above = [doc.line_text(row) for row in range(max(0, ctx.line - 24), ctx.line)]
+    found: list[tuple[str, str]] = [(rest, "repeat-line") for rest in repeat_line_predictions(above, typed)]
+    for text in reversed(recent):
+        rest = realigned_suggestion(text, typed)
+        if rest is not None:
+            found.append((rest, "realigned"))
+    streams, seen = [], set()
+    for rest, source in found:
+        if rest in seen:
+            continue
+        seen.add(rest)
+        streams.append(TokenStream(anchor + list(tokens.encode(healed + rest)), source))
+    return streams

@@ -15,6 +15,20 @@ from typing import Any, Protocol
 StopFn = Callable[[str], int | None]
 
 
+class TokenStream(list):
+    """Tokens a drafter may copy from, with where they came from (`source`: files, suggestions, repeat-line,
+    ...), so acceptance and tokens per forward are counted per source. A plain list is a stream of source
+    "streams"."""
+
+    def __init__(self, tokens: Sequence[int] = (), source: str = "streams") -> None:
+        super().__init__(tokens)
+        self.source = source
+
+
+def stream_source(stream: Sequence[int]) -> str:
+    return getattr(stream, "source", "streams")
+
+
 class CancelToken:
     """Set from any thread; the decode loop checks it before every target forward."""
 
@@ -43,9 +57,11 @@ class GenerationStats:
     accepted: int = 0
     drafted_by: dict[str, int] = field(default_factory=dict)
     accepted_by: dict[str, int] = field(default_factory=dict)
+    forwards_by: dict[str, int] = field(default_factory=dict)  # decode forwards that verified a draft of the source
     new_tokens: int = 0
     decode_s: float = 0.0
     forwards_after_cancel: int = 0
+    drafting_off: bool = False  # no draft could pay on this runtime's cost curve: decoded plain, nothing drafted
 
     @property
     def acceptance_rate(self) -> float:
@@ -60,11 +76,18 @@ class GenerationStats:
     def tokens_per_s(self) -> float:
         return self.new_tokens / self.decode_s if self.decode_s else 0.0
 
+    def tokens_per_forward_by(self) -> dict[str, float]:
+        """Per draft source: tokens produced per forward that verified one of its drafts (its accepted tokens
+        and the target's own), the source's speed-up before the cost of verifying more tokens."""
+        return {source: round((self.accepted_by.get(source, 0) + n) / n, 3)
+                for source, n in sorted(self.forwards_by.items()) if n}
+
     def to_dict(self) -> dict:
         d = asdict(self)
         d.update(
             acceptance_rate=self.acceptance_rate,
             tokens_per_forward=self.tokens_per_forward,
+            tokens_per_forward_by=self.tokens_per_forward_by(),
             tokens_per_s=self.tokens_per_s,
         )
         return d

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
+from codespec.decode.api import stream_source
 from codespec.decode.runtimes.kv import common_prefix_len, rollback_cache
 from codespec.decode.sampling import Sampler
 
@@ -117,7 +118,9 @@ class LookupConfig:
 
 class LookupDrafter(Drafter):
     """Prompt lookup: find the longest recent n-gram match of the sequence's tail in the prompt, the tokens
-    generated so far, or extra streams (other documents, earlier completions), and propose what followed."""
+    generated so far, or extra streams (other documents, earlier suggestions, a line the user re-types), and
+    propose what followed. A draft's source is where it was found: "lookup" (the prompt and the output) or
+    the stream's own source (`TokenStream.source`), so acceptance is counted per source."""
 
     name = "lookup"
 
@@ -125,13 +128,14 @@ class LookupDrafter(Drafter):
         self.config = config or LookupConfig()
         self._main = NgramIndex(self.config.min_n, self.config.max_n)
         self._extra_cache: OrderedDict[tuple[int, ...], NgramIndex] = OrderedDict()
-        self._extras: list[NgramIndex] = []
+        self._extras: list[tuple[str, NgramIndex]] = []
         self._limit = self.config.max_draft
 
     def begin(self, prompt_ids: Sequence[int], extra_streams: Sequence[Sequence[int]]) -> None:
         self._main.sync(prompt_ids)
         self._limit = self.config.max_draft  # adaptation is per generation, so a seed fixes the output
-        self._extras = [self._extra_index(stream) for stream in extra_streams if len(stream) > self.config.min_n]
+        self._extras = [(stream_source(stream), self._extra_index(stream)) for stream in extra_streams
+                        if len(stream) > self.config.min_n]
 
     def _extra_index(self, stream: Sequence[int]) -> NgramIndex:
         key = tuple(stream)
@@ -149,18 +153,20 @@ class LookupDrafter(Drafter):
         cfg = self.config
         for n in range(min(cfg.max_n, len(tail) - 1), cfg.min_n - 1, -1):
             key = tuple(tail[-n:])
-            for index in (self._main, *self._extras):
+            best = None  # (matched, source, index, end): the longest real match of this n-gram wins
+            for source, index in ((self.name, self._main), *self._extras):
                 end = index.find(key)
-                if end is None:
-                    continue
-                matched = self._match_length(index.tokens, end, tail)
-                length = max(cfg.min_draft, cfg.tokens_per_matched * matched)
-                length = min(length, self._limit, max_tokens)
-                tokens = index.tokens[end + 1 : end + 1 + length]
-                if tokens:
-                    # Acceptance rises with the match length: long matches are tracked apart from short ones.
-                    key = f"{self.name}:{matched if matched < 8 else '8+'}"
-                    return Draft(tokens=list(tokens), probs=None, source=self.name, key=key)
+                if end is not None and end + 1 < len(index.tokens):
+                    matched = self._match_length(index.tokens, end, tail)
+                    if best is None or matched > best[0]:
+                        best = (matched, source, index, end)
+            if best is None:
+                continue
+            matched, source, index, end = best
+            length = min(max(cfg.min_draft, cfg.tokens_per_matched * matched), self._limit, max_tokens)
+            # Acceptance rises with the match length: long matches are tracked apart from short ones.
+            return Draft(tokens=list(index.tokens[end + 1 : end + 1 + length]), probs=None, source=source,
+                         key=f"{source}:{matched if matched < 8 else '8+'}")
         return None
 
     @staticmethod
@@ -369,6 +375,12 @@ class CostAwareLength:
             if rate > best_rate:
                 best, best_rate = k, rate
         return best
+
+    def may_pay(self, available: int) -> bool:
+        """Whether any draft could pay now: some source's acceptance seen so far (or the prior, for sources
+        not seen yet) gives a length > 0 on this cost curve. When none can, the engine does not draft at all,
+        so drafting costs nothing where it cannot pay (its bookkeeping included)."""
+        return any(self.length(key, available) > 0 for key in (*self._counts, ""))
 
     def update(self, key: str, drafted: int, accepted: int) -> None:
         """A verified draft: `accepted` of its first `drafted` tokens agreed with the target."""

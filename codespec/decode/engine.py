@@ -33,6 +33,8 @@ from codespec.errors import CodespecError
 from codespec.fim import stop_token_ids
 from codespec.modes import DRAFTING_MODES
 
+EXPLORE_EVERY = 4  # with drafting gated off, one call in this many still drafts (and measures) without verifying
+
 
 class Engine:
     def __init__(
@@ -78,6 +80,7 @@ class Engine:
         # None: verify every draft the drafter offers; set by calibrate() from the runtime's cost curve.
         self.draft_length: CostAwareLength | None = None
         self.served: dict[str, Any] = dict(served or {})
+        self._gated_calls = 0
         self.prefills_ahead = True  # this process holds the KV: idle time can compute a prompt's ahead of it
 
     def _attached(self, drafter: Drafter) -> Drafter:
@@ -194,6 +197,13 @@ class Engine:
             self._attached(drafter)
         chosen = self.mode_drafter(drafting or self.drafting, drafter)
         stats = GenerationStats(prompt_tokens=len(prompt))
+        if chosen is not None and self.draft_length is not None and not self.draft_length.may_pay(max_new_tokens):
+            # Never slower than plain: where no draft can pay, do not draft. One call in EXPLORE_EVERY still
+            # drafts (verifying nothing that cannot pay) so that acceptance keeps being measured and drafting
+            # comes back when the code makes it pay.
+            self._gated_calls += 1
+            if self._gated_calls % EXPLORE_EVERY:
+                chosen, stats.drafting_off = None, True
         started = time.perf_counter()
         try:
             yield from self._decode(prompt, max_new_tokens, sampler, chosen, stats, cancel, stop,
@@ -307,6 +317,7 @@ class Engine:
             stats.accepted += accepted
             stats.drafted_by[source] = stats.drafted_by.get(source, 0) + len(drafts)
             stats.accepted_by[source] = stats.accepted_by.get(source, 0) + accepted
+            stats.forwards_by[source] = stats.forwards_by.get(source, 0) + 1
             drafter.feedback(len(drafts), accepted)
         new_tokens = [*drafts[:accepted], next_token]
         ids.extend(new_tokens)

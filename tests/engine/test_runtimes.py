@@ -192,7 +192,7 @@ def test_a_skipped_draft_is_scored_against_what_the_target_produced():
 def test_the_cost_curve_is_measured_once_per_machine_and_model(runtime, tmp_path):
     path = tmp_path / "curves.json"
     first = cached_cost_curve(runtime, "tiny-0", path)
-    assert [k for k, _ in first.points] == list(CALIBRATION_KS) == [1, 2, 4, 8, 16, 64] and runtime.cached == []
+    assert [k for k, _ in first.points] == list(CALIBRATION_KS) == [*range(1, 17), 24, 32, 64] and runtime.cached == []
     assert all(a[1] <= b[1] for a, b in zip(first.points, first.points[1:], strict=False))  # never falls
     runtime.calibrate = lambda **kwargs: pytest.fail("measured again")
     assert cached_cost_curve(runtime, "tiny-0", path) == first

@@ -29,9 +29,10 @@ from codespec.modes import RUNTIMES  # noqa: F401 - re-exported; the names live 
 # runtime may order them differently (bf16 rounds logits of ~20 to steps of 0.125; llama.cpp quantizes
 # activations to 8 bits per block in a batch).
 NEAR_TIE_LOGITS = 0.5
-# Forward sizes a cost curve is measured at: the drafts' lengths, and a prefill chunk (the prefill speed that
-# sizes the prompt, codespec/context/block.py PromptBudget).
-CALIBRATION_KS = (1, 2, 4, 8, 16, 64)
+# Forward sizes a cost curve is measured at: every length a verify may have up to 16 (llama.cpp's repacked CPU
+# kernels work in groups of 4 tokens, so 5-7 tokens cost what 8 do: interpolating between 4 and 8 would hide
+# that), the longest drafts, and a prefill chunk (the prefill speed that sizes the prompt, PromptBudget).
+CALIBRATION_KS = (*range(1, 17), 24, 32, 64)
 
 
 @dataclass(frozen=True)
