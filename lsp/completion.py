@@ -482,6 +482,10 @@ class CompletionManager:
             record.target_forwards = int(data.get("target_forwards", 0))
             record.drafted = int(data.get("drafted", 0))
             record.accepted = int(data.get("accepted", 0))
+            record.drafting_off = bool(data.get("drafting_off", False))
+            forwards, drafted, accepted = (data.get(k) or {} for k in ("forwards_by", "drafted_by", "accepted_by"))
+            record.by_source = {source: [int(forwards.get(source, 0)), int(drafted.get(source, 0)),
+                                         int(accepted.get(source, 0))] for source in {*forwards, *drafted}}
             record.new_tokens = len(getattr(result, "token_ids", []) or [])
             if generation.token.cancelled:
                 record.engine_forwards_after_cancel = int(data.get("forwards_after_cancel", 0))

@@ -100,6 +100,10 @@ class GenerationRecord:
     engine_forwards_after_cancel: int | None = None  # the engine's own count, for comparison
     drafted: int = 0
     accepted: int = 0
+    # Per draft source (lookup = the prompt and the output, files, suggestions, repeat-line, realigned, model):
+    # forwards that verified its drafts, and its tokens drafted and accepted.
+    by_source: dict[str, list[int]] = field(default_factory=dict)  # source -> [forwards, drafted, accepted]
+    drafting_off: bool = False  # no draft could pay on this machine's cost curve: decoded plain
     error: str | None = None
     phase: str = "queued"  # queued -> prefill (the worker took it up) -> decode (first text) -> done
 
@@ -116,6 +120,7 @@ class GenerationRecord:
             "engineForwardsAfterCancel": self.engine_forwards_after_cancel,
             "drafted": self.drafted,
             "accepted": self.accepted,
+            "draftingOff": self.drafting_off,
             "error": self.error,
             "phase": self.phase,
         }
@@ -136,6 +141,8 @@ class GenerationTotals:
     target_forwards: int = 0
     drafted: int = 0
     accepted: int = 0
+    by_source: dict[str, list[int]] = field(default_factory=dict)  # source -> [forwards, drafted, accepted]
+    drafting_off: int = 0
     max_forwards_after_cancel: int | None = None
 
     def add(self, g: GenerationRecord) -> None:
@@ -147,6 +154,11 @@ class GenerationTotals:
         self.target_forwards += g.target_forwards
         self.drafted += g.drafted
         self.accepted += g.accepted
+        self.drafting_off += g.drafting_off
+        for source, counts in g.by_source.items():
+            total = self.by_source.setdefault(source, [0, 0, 0])
+            for i, n in enumerate(counts):
+                total[i] += n
         if g.forwards_after_cancel is not None:
             self.max_forwards_after_cancel = max(self.max_forwards_after_cancel or 0, g.forwards_after_cancel)
 
@@ -333,6 +345,12 @@ class ServerStats:
                 "drafted": t.drafted,
                 "draftAccepted": t.accepted,
                 "draftAcceptanceRate": (t.accepted / t.drafted) if t.drafted else None,
+                # Per draft source: tokens per forward that verified its drafts ((accepted + forwards) /
+                # forwards), forwards, drafted and accepted tokens.
+                "bySource": {source: {"tokensPerForward": (a + f) / f if f else None, "forwards": f,
+                                      "drafted": d, "accepted": a}
+                             for source, (f, d, a) in sorted(t.by_source.items())},
+                "draftingOff": t.drafting_off,
                 "maxForwardsAfterCancel": t.max_forwards_after_cancel,
                 "recent": [g.to_dict() for g in generations],
             },
