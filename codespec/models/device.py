@@ -71,7 +71,12 @@ def default_profile(device: str | torch.device = "auto") -> Profile:
     from codespec.decode.runtimes.llamacpp import llamacpp_available
 
     if llamacpp_available():
-        return Profile("bundled:qwen2.5-coder-1.5b", None, "lookup", "llamacpp", CPU_LLAMACPP_WHY)
+        from codespec.models.requantize import CPU_DEFAULT_FORMAT
+
+        # bundled:NAME@FORMAT serves the requantized file where `models fetch` made it, else the bundled GGUF
+        # with one line saying why (codespec.models.requantize.bundled_llamacpp_runtime)
+        target = "bundled:qwen2.5-coder-1.5b" + (f"@{CPU_DEFAULT_FORMAT}" if CPU_DEFAULT_FORMAT else "")
+        return Profile(target, None, "lookup", "llamacpp", CPU_LLAMACPP_WHY)
     return Profile("bundled:qwen2.5-coder-0.5b", None, "lookup", "torch",
                    "llama-cpp-python is not installed: the 0.5B in fp32 torch with free lookup drafts is the "
                    "fastest torch target on a CPU (the 1.5B's verify forward costs 2x)")
