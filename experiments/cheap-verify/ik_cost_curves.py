@@ -48,6 +48,13 @@ def main() -> None:
     for item in args.ggufs:
         name, _, path = item.partition("=")
         model = IkModel(path, use_mmap=True, use_mlock=False, n_gpu_layers=0)
+        if name.endswith("+rtr"):  # ik_llama.cpp's run-time repack into its row-interleaved types (-rtr)
+            params = C.llama_model_default_params()
+            params.use_mmap, params.repack_tensors, params.n_gpu_layers = False, True, 0
+            C.llama_free_model(model.model)
+            model._model = C.llama_model_load_from_file(path.encode(), params)
+            if not model._model:
+                raise RuntimeError(f"cannot load {path} with run-time repacking")
         contexts[name] = IkContext(model, n_ctx=1024, n_threads=args.threads, flash_attn=args.flash_attn)
     filler = [(17 + 31 * i) % 150000 + 1 for i in range(CONTEXT + max(KS))]
     for ctx in contexts.values():
