@@ -459,7 +459,7 @@ def run_generate(args: argparse.Namespace) -> int:
                    for mode in modes if mode in SERVER_MODES}
         runs = run_benchmark(engine, target, draft, prompts, modes, args.max_tokens, servers=servers)
     near_ties = divergence_gaps(engine, prompts, runs)
-    label = f"{target.name} on {runtime}" + (f" + {draft.name} draft" if draft else "")
+    label = run_label(target.name, runtime, draft.name if draft else None)
     command = (f"codespec bench generate --model {args.target} --runtime {runtime}"
                + (f" --draft-model {args.draft_model}" if args.draft_model else "")
                + f" --set {args.set} --n {args.n} --max-tokens {args.max_tokens} --modes {args.modes}"
@@ -500,6 +500,16 @@ def divergence_gaps(engine, prompts: Sequence[Prompt], runs: Sequence[Run]) -> d
     return gaps
 
 
+def run_label(target_name: str, runtime: str, draft_name: str | None) -> str:
+    """A run's name in its report title; its slug names the files and the docs/benchmarks.md block."""
+    return f"{target_name} on {runtime}" + (f" + {draft_name} draft" if draft_name else "")
+
+
+def label_slug(label: str) -> str:
+    """`bench-generate-SLUG.json` / `.png` and the `<!-- bench-generate-SLUG:start -->` block it rewrites."""
+    return re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")
+
+
 def write_report(args, target: str, draft: str | None, label: str, machine: str, max_new: int, command: str,
                  runs: Sequence[Run], measured_divergences: dict | None = None, extra: dict | None = None) -> None:
     summary = summarize(runs)
@@ -508,7 +518,7 @@ def write_report(args, target: str, draft: str | None, label: str, machine: str,
             summary[kind][mode]["divergences"] = row["divergences"]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    slug = re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")
+    slug = label_slug(label)
     report = {"target": target, "draft": draft, "label": label, "max_new_tokens": max_new, "machine": machine,
               "command": command, "summary": summary, **(extra or {}),
               "runs": [{"mode": r.mode, "prompt": r.prompt, "kind": r.kind, "seconds": round(r.seconds, 3),
