@@ -112,9 +112,11 @@ class CodespecServer(LanguageServer):
         token = await self._begin_progress("codespec: loading models", options.resolved_models()[0])
         # Import on this thread first: transformers' lazy modules are not safe to import from two
         # threads at once, and a didOpen during the load imports the context room (measured: an
-        # ImportError of PreTrainedTokenizerBase, the document lost).
+        # ImportError of PreTrainedTokenizerBase, the document lost). A serving engine needs neither.
         import codespec.context  # noqa: F401
-        import codespec.decode.engine  # noqa: F401
+
+        if not options.engine:
+            import codespec.decode.engine  # noqa: F401
 
         loop = asyncio.get_running_loop()
         try:

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import codespec.models.cli  # noqa: F401 - the submodule the tests patch (no longer imported by codespec.models)
 from codespec import models
 from codespec.cli import main
 from codespec.errors import CodespecError

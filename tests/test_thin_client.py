@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -35,32 +37,54 @@ def _imported(importtime_log: str) -> set[str]:
     return names
 
 
+def _read_until(process: subprocess.Popen, parser: FrameParser, msg_id: int, timeout_s: float = 60.0) -> dict:
+    """Messages from the server's stdout until the response to `msg_id` (a bounded wait)."""
+    deadline = time.monotonic() + timeout_s
+    fd = process.stdout.fileno()  # type: ignore[union-attr]
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.5)
+        if not ready:
+            continue
+        chunk = os.read(fd, 1 << 16)
+        assert chunk, "the server closed its stdout before answering"
+        for body in parser.feed(chunk):
+            message = json.loads(body)
+            if message.get("id") == msg_id and "method" not in message:
+                return message
+    raise AssertionError(f"no response to request {msg_id} within {timeout_s} s")
+
+
 def test_serve_engine_completes_without_torch_or_transformers(tmp_path):
     fake = FakeEngine()
     fake.script = sse_chunks(["a + b"])
+    log = tmp_path / "stderr.log"  # a file, not a pipe: -X importtime writes more than a pipe holds unread
+    process = subprocess.Popen(
+        [sys.executable, "-X", "importtime", "-m", "codespec.cli", "serve", "--stdio", "--engine", fake.url],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log.open("wb"),
+        env={**os.environ, "CODESPEC_CACHE": str(tmp_path)},
+    )
+    parser = FrameParser()
     try:
-        stdin = b"".join([
-            _message("initialize", {"processId": None, "rootUri": None, "capabilities": {}}, 1),
-            _message("initialized", {}),
-            _message("textDocument/didOpen", {"textDocument": {"uri": URI, "languageId": "python", "version": 1,
-                                                               "text": TEXT}}),
-            _message("textDocument/inlineCompletion", {
-                "textDocument": {"uri": URI}, "position": {"line": 1, "character": 11},
-                "context": {"triggerKind": 1}}, 2),
-            _message("shutdown", None, 3),
-            _message("exit", None),
-        ])
-        done = subprocess.run(
-            [sys.executable, "-X", "importtime", "-m", "codespec.cli", "serve", "--stdio", "--engine", fake.url],
-            input=stdin, capture_output=True, timeout=120, env={**os.environ, "CODESPEC_CACHE": str(tmp_path)},
-        )
+        send = process.stdin.write  # type: ignore[union-attr]
+        send(_message("initialize", {"processId": None, "rootUri": None, "capabilities": {}}, 1))
+        send(_message("initialized", {}))
+        send(_message("textDocument/didOpen", {"textDocument": {"uri": URI, "languageId": "python", "version": 1,
+                                                                "text": TEXT}}))
+        send(_message("textDocument/inlineCompletion", {
+            "textDocument": {"uri": URI}, "position": {"line": 1, "character": 11}, "context": {"triggerKind": 1}}, 2))
+        process.stdin.flush()  # type: ignore[union-attr]
+        answer = _read_until(process, parser, 2)
+        send(_message("shutdown", None, 3))
+        send(_message("exit", None))
+        process.stdin.close()  # type: ignore[union-attr]
+        process.wait(timeout=60)
     finally:
+        if process.poll() is None:
+            process.kill()
         fake.close()
-    stderr = done.stderr.decode(errors="replace")
-    responses = {m["id"]: m for m in map(json.loads, FrameParser().feed(done.stdout)) if "id" in m}
-    assert done.returncode == 0, stderr[-2000:]
-    items = responses[2]["result"]["items"]
-    assert [item["insertText"] for item in items] == ["a + b"]
+    stderr = log.read_text(errors="replace")
+    assert process.returncode == 0, stderr[-2000:]
+    assert [item["insertText"] for item in answer["result"]["items"]] == ["a + b"], answer
     assert fake.requests and fim.FIM_MIDDLE in fake.requests[0]["prompt"]  # the prompt was built here
     imported = _imported(stderr)
     assert "codespec" in imported and "lsp" in imported  # the log is what it should be: the server ran
