@@ -89,6 +89,11 @@ class Waiter:
     typed: str
     future: asyncio.Future
     source: str
+    # The document the request saw and its cursor: the parse check inserts the answer there. Any edit
+    # supersedes the waiter, so while it waits the document is as the request saw it (edit_count checks).
+    document: Any = None  # codespec.context.Document
+    cursor: int = 0
+    edit_count: int | None = None
 
 
 @dataclass
@@ -253,7 +258,7 @@ class CompletionManager:
         # Inline and completion requests are separate streams (a client may send both per keystroke).
         self._supersede_waiters(anchor.uri, method=record.method)
 
-        served = self._serve_from_existing(record, anchor, options)
+        served = self._serve_from_existing(record, anchor, options, doc)
         if served is not None:
             return await served
 
@@ -263,9 +268,10 @@ class CompletionManager:
             record.cause, record.context_reason = DECLINED, getattr(ctx, "reason", "")
             return None
         generation = self._start_generation("request", anchor, ctx, position, options)
-        return await self._attach(generation, record, typed="", source="model")
+        return await self._attach(generation, record, typed="", source="model", doc=doc, cursor=anchor.offset)
 
-    def _serve_from_existing(self, record: RequestRecord, anchor: Anchor, options: ServerOptions):
+    def _serve_from_existing(self, record: RequestRecord, anchor: Anchor, options: ServerOptions,
+                             doc: Any = None):
         """An awaitable answer from a running or finished generation, or None to start a new one."""
         if not (options.cache or options.typing_along):
             return None
@@ -276,12 +282,14 @@ class CompletionManager:
             if not generation.consistent_with(typed, postprocess=self.postprocess):
                 continue
             source = "prefetch" if generation.kind == "prefetch" else "typed-along" if typed else "cache"
-            return self._attach(generation, record, typed=typed, source=source)
+            return self._attach(generation, record, typed=typed, source=source, doc=doc, cursor=anchor.offset)
         return None
 
-    async def _attach(self, generation: Generation, record: RequestRecord, *, typed: str, source: str):
+    async def _attach(self, generation: Generation, record: RequestRecord, *, typed: str, source: str,
+                      doc: Any = None, cursor: int = 0):
         loop = asyncio.get_running_loop()
-        waiter = Waiter(record=record, typed=typed, future=loop.create_future(), source=source)
+        waiter = Waiter(record=record, typed=typed, future=loop.create_future(), source=source, document=doc,
+                        cursor=cursor, edit_count=getattr(doc, "edit_count", None))
         record.source = source
         record.generation = generation.id
         generation.waiters.append(waiter)
@@ -545,6 +553,8 @@ class CompletionManager:
                 continue  # only the typed part is complete so far: wait for more
             if not rest:
                 waiter.record.cause = EMPTIED if generation.text[len(waiter.typed) :].strip() else MODEL_EMPTY
+            if rest:
+                rest = self._parse_checked(rest, generation, waiter)
             if waiter.source == "model":
                 generation.served.append(waiter.record)  # prefill numbers are filled in at the end
             else:
@@ -559,6 +569,16 @@ class CompletionManager:
             waiter.future.set_result(Answer(text=rest, generation=generation.id, source=waiter.source))
         if generation.done:
             self._maybe_prefetch(generation)
+
+    def _parse_checked(self, rest: str, generation: Generation, waiter: Waiter) -> str:
+        """The answer as the parse check leaves it: `rest` inserted at the request's cursor in the document the
+        request saw. Not one of the pure filters (it reads that document and the clock), so it runs here, on
+        every answer, whatever its source (model, cache, typed-along, prefetch)."""
+        from codespec.context.parsecheck import prefer_parsable
+
+        ctx = generation.ctx
+        return prefer_parsable(rest, waiter.document, waiter.cursor, budget_s=ctx.parse_budget_s, eol=ctx.eol,
+                               edit_count=waiter.edit_count)
 
     # ----- prefetch --------------------------------------------------------------------------------
 
@@ -628,7 +648,11 @@ class CompletionManager:
             return  # typed on, asked again or closed since: the prefetch would be stale
         if any(not g.done for g in self._generations.get(uri, [])):
             return  # something newer is already running for this document
-        suggestion = self.postprocess(generation.text, generation.ctx)
+        from codespec.context.parsecheck import parse_checked
+
+        # What follows accepting the suggestion as shown from this anchor (the check runs while its document
+        # is unchanged, as for the answer).
+        suggestion = parse_checked(self.postprocess(generation.text, generation.ctx), generation.ctx)
         if not suggestion:
             return
         try:

@@ -106,6 +106,7 @@ def run_tasks(
 
     from codespec.context.build import ContextCache, ContextConfig, build_context
     from codespec.context.document import Document
+    from codespec.context.parsecheck import parse_checked
     from codespec.context.postprocess import postprocess
 
     problems = read_problems()
@@ -125,7 +126,7 @@ def run_tasks(
             )
             raw = result.text
         seconds = time.perf_counter() - started
-        post = postprocess(raw, ctx)
+        post = parse_checked(postprocess(raw, ctx), ctx)
         row = {"task_id": task.task_id, "kind": task.kind, "mode": ctx.mode, "seconds": round(seconds, 3)}
         row.update(middle=task.middle, raw=raw, post=post)
         for label, text in (("raw", raw), ("post", post)):

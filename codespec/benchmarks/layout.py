@@ -165,6 +165,7 @@ def first_line(text: str) -> str:
 def first_line_matches(engine, cuts: Sequence[Cut], layouts: Sequence[str], *, max_new_tokens: int = 48,
                        base: ContextConfig | None = None,
                        progress: Callable[[dict], None] | None = None) -> list[dict]:
+    from codespec.context.parsecheck import parse_checked
     from codespec.context.postprocess import postprocess
 
     rows = []
@@ -178,7 +179,7 @@ def first_line_matches(engine, cuts: Sequence[Cut], layouts: Sequence[str], *, m
             raw = ""
             if ctx.mode != "none":
                 raw = engine.generate(ctx.prompt_ids, max_new_tokens=max_new_tokens, stop=ctx.stop).text
-            post = postprocess(raw, ctx)
+            post = parse_checked(postprocess(raw, ctx), ctx)
             row[name] = {
                 "match": first_line(post).strip() == cut.expected.strip(),
                 "post": first_line(post),

@@ -5,7 +5,8 @@ post-processing (contracts in docs/design.md)."""
 
 from codespec.context.build import CompletionContext, ContextCache, ContextConfig, build_context
 from codespec.context.document import Document
-from codespec.context.postprocess import FILTERS, postprocess
+from codespec.context.parsecheck import parse_checked, prefer_parsable
+from codespec.context.postprocess import FILTERS, FilterContext, postprocess
 
 __all__ = [
     "FILTERS",
@@ -13,6 +14,9 @@ __all__ = [
     "ContextCache",
     "ContextConfig",
     "Document",
+    "FilterContext",
     "build_context",
+    "parse_checked",
     "postprocess",
+    "prefer_parsable",
 ]

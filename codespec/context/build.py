@@ -145,11 +145,10 @@ class CompletionContext:
     line: int = 0
     character: int = 0
     offset: int = 0
-    document: Document | None = field(default=None, repr=False)
+    document: Document | None = field(default=None, repr=False)  # live: read only by the parse check
     opener_indent: int = 0
     doc_edit_count: int = 0  # the document's edit_count when this context was built
-    parse_budget_s: float = 0.003
-    memo: dict = field(default_factory=dict, repr=False)  # post-processing memos
+    parse_budget_s: float = 0.003  # the parse check (parsecheck.py) spends at most 10 of these
 
     def to_dict(self) -> dict[str, Any]:
         return {

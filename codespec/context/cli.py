@@ -135,6 +135,7 @@ def run_context(args: argparse.Namespace) -> int:
 
 
 def run_complete(args: argparse.Namespace) -> int:
+    from codespec.context.parsecheck import parse_checked
     from codespec.context.postprocess import postprocess
     from codespec.engine_options import engine_from_args
 
@@ -147,7 +148,7 @@ def run_complete(args: argparse.Namespace) -> int:
         )
         out.update(
             raw=result.text,
-            text=result.text if args.raw else postprocess(result.text, ctx),
+            text=result.text if args.raw else parse_checked(postprocess(result.text, ctx), ctx),
             finish_reason=result.finish_reason,
             stats=result.stats.to_dict(),
         )

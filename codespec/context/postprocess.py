@@ -1,14 +1,18 @@
 """Post-processing of a raw completion: small pure filters that fix what users complain about most.
 
-Tabby-agent style: a list of small pure filters `(text, ctx) -> text`, applied in order. Each fixes one of the
-complaints users file most: duplicated closing brackets, repeated suffix lines, wrong indentation,
-whitespace-only results, output that does not parse."""
+Tabby-agent style: a list of small pure filters `(text, snapshot) -> text`, applied in order, where the
+snapshot (`FilterContext`) holds only values copied from the completion context when post-processing starts:
+no document, no clock. Each fixes one of the complaints users file most: duplicated closing brackets,
+repeated suffix lines, wrong indentation, whitespace-only results. Because they are pure, the server can run
+them again on the same generation at every token and for every typed-along request and get the same answer.
+The check that a suggestion parses needs the live document and a time budget: it is a separate step
+(codespec/context/parsecheck.py) that whoever answers applies to the text it shows."""
 
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from codespec.context.mode import indent_width
@@ -17,15 +21,37 @@ from codespec.context.stop import first_unbalanced_closer
 if TYPE_CHECKING:
     from codespec.context.build import CompletionContext
 
-Filter = Callable[[str, "CompletionContext"], str]
+
+@dataclass(frozen=True)
+class FilterContext:
+    """What a filter may read of a completion context: strings and numbers fixed when the context was built."""
+
+    mode: str = "line"
+    line_prefix: str = ""  # the cursor line before the cursor
+    line_suffix: str = ""  # ... and after it
+    suffix: str = ""  # the document after the cursor
+    healed: str = ""  # whitespace before the cursor left out of the prompt (token healing)
+    max_lines: int = 0
+    indent_unit: str = "    "
+    eol: str = "\n"
+
+    @classmethod
+    def of(cls, ctx: CompletionContext | FilterContext) -> FilterContext:
+        if isinstance(ctx, FilterContext):
+            return ctx
+        return cls(mode=ctx.mode, line_prefix=ctx.line_prefix, line_suffix=ctx.line_suffix, suffix=ctx.suffix,
+                   healed=ctx.healed, max_lines=ctx.max_lines, indent_unit=ctx.indent_unit, eol=ctx.eol)
 
 
-def normalize_newlines(text: str, ctx: CompletionContext) -> str:
+Filter = Callable[[str, FilterContext], str]
+
+
+def normalize_newlines(text: str, ctx: FilterContext) -> str:
     """Work in "\\n" (the model may emit "\\r\\n" in CRLF files); `to_document_eol` restores them."""
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
-def strip_healed_whitespace(text: str, ctx: CompletionContext) -> str:
+def strip_healed_whitespace(text: str, ctx: FilterContext) -> str:
     """The whitespace before the cursor was left out of the prompt (token healing); the model wrote it
     again: remove it (or as much of it as the completion starts with)."""
     healed = ctx.healed
@@ -37,7 +63,7 @@ def strip_healed_whitespace(text: str, ctx: CompletionContext) -> str:
     return text[min(leading, len(healed)) :] if healed.startswith(text[:leading]) else text
 
 
-def limit_lines(text: str, ctx: CompletionContext) -> str:
+def limit_lines(text: str, ctx: FilterContext) -> str:
     """At most `max_lines` lines (a leading newline, the cursor's own line ending, does not count)."""
     if ctx.max_lines <= 0:
         return text
@@ -49,7 +75,7 @@ def limit_lines(text: str, ctx: CompletionContext) -> str:
 _NUMBERS = re.compile(r"\d+")
 
 
-def drop_repetitive_tail(text: str, ctx: CompletionContext) -> str:
+def drop_repetitive_tail(text: str, ctx: FilterContext) -> str:
     """A small model looping (`f(1)`, `f(2)`, `f(3)`, ... until the token limit): three or more final
     lines that differ only in numbers keep just the first of them."""
     lines = text.split("\n")
@@ -64,7 +90,7 @@ def drop_repetitive_tail(text: str, ctx: CompletionContext) -> str:
     return "\n".join(lines[: len(lines) - run + 1])
 
 
-def _suffix_lines(ctx: CompletionContext) -> list[str]:
+def _suffix_lines(ctx: FilterContext) -> list[str]:
     """The lines after the cursor's line, blank ones skipped."""
     lines = ctx.suffix.split("\n")[1:]
     return [line for line in lines if line.strip()]
@@ -78,7 +104,7 @@ def _same_line(a: str, b: str) -> bool:
     return a.strip() == b.strip()
 
 
-def trim_suffix_line_overlap(text: str, ctx: CompletionContext) -> str:
+def trim_suffix_line_overlap(text: str, ctx: FilterContext) -> str:
     """Cut at the first completion line that repeats the line right after the cursor's line (the
     model running into the suffix); a completion whose first line already repeats it is dropped."""
     if ctx.line_suffix.strip():
@@ -136,7 +162,7 @@ def _open_quote(line_prefix: str) -> str:
     return quote
 
 
-def trim_closing_overlap(text: str, ctx: CompletionContext) -> str:
+def trim_closing_overlap(text: str, ctx: FilterContext) -> str:
     """No duplicated `)`, `]`, `}` or quotes: when the completion closes what the rest of the cursor's
     line already closes, cut the completion there."""
     rest = ctx.line_suffix.strip()
@@ -151,7 +177,7 @@ def trim_closing_overlap(text: str, ctx: CompletionContext) -> str:
     return text
 
 
-def drop_repeated_suffix(text: str, ctx: CompletionContext) -> str:
+def drop_repeated_suffix(text: str, ctx: FilterContext) -> str:
     """A completion that only repeats the rest of the line is no completion."""
     rest = ctx.line_suffix.strip()
     if rest and text.strip() == rest:
@@ -159,7 +185,7 @@ def drop_repeated_suffix(text: str, ctx: CompletionContext) -> str:
     return text
 
 
-def normalize_indentation(text: str, ctx: CompletionContext) -> str:
+def normalize_indentation(text: str, ctx: FilterContext) -> str:
     """Indent the way the document does: tabs in tab-indented files, spaces in space-indented ones."""
     lines = text.split("\n")
     if len(lines) < 2:
@@ -198,7 +224,7 @@ def _tabs_to_spaces(line: str, unit: str) -> str:
     return leading.replace("\t", unit) + stripped
 
 
-def fix_first_line_indent(text: str, ctx: CompletionContext) -> str:
+def fix_first_line_indent(text: str, ctx: FilterContext) -> str:
     """The cursor already stands at the line's indentation (an editor's auto-indent): drop extra leading
     whitespace the model put on the first line, unless the following lines show that deeper level is meant."""
     if not ctx.line_prefix or ctx.line_prefix.strip() or ctx.healed:
@@ -221,60 +247,16 @@ def _opens_block(line: str) -> bool:
     return line.rstrip().endswith((":", "{", "(", "[", "=>", " do", " then"))
 
 
-def _error_count(tree) -> int:
-    """ERROR and MISSING nodes, visiting only subtrees that contain one."""
-    if tree is None:
-        return 0
-    count = 0
-    stack = [tree.root_node]
-    while stack:
-        node = stack.pop()
-        if node.is_error or node.is_missing:
-            count += 1
-        stack.extend(child for child in node.children if child.has_error or child.is_missing)
-    return count
-
-
-def prefer_parsable(text: str, ctx: CompletionContext) -> str:
-    """Insert the candidate into the document and keep the longest truncation (at line ends) that
-    adds no syntax errors; the full text when none does. Skipped when the document changed since the
-    context was built (the offsets would be stale) or its tree is not fresh within the parse budget;
-    memoised per context (the server post-processes the same stream again and again)."""
-    doc = ctx.document
-    if doc is None or "\n" not in text.strip("\n") or doc.edit_count != ctx.doc_edit_count:
-        return text
-    memo = ctx.memo.setdefault("prefer_parsable", {})
-    if text in memo:
-        return memo[text]
-    tree = doc.tree_within(ctx.parse_budget_s)
-    if tree is None or not doc.tree_is_fresh:
-        return text
-    baseline = _error_count(tree)
-    lines = text.split("\n")
-    deadline = time.perf_counter() + 10 * ctx.parse_budget_s
-    chosen = text
-    for keep in range(len(lines), 0, -1):
-        candidate = "\n".join(lines[:keep]).rstrip()
-        if not candidate.strip() or time.perf_counter() > deadline:
-            break
-        if _error_count(doc.parse_with_insertion(ctx.offset, candidate.replace("\n", ctx.eol))) <= baseline:
-            chosen = candidate
-            break
-    if len(memo) < 64:
-        memo[text] = chosen
-    return chosen
-
-
-def trim_trailing_whitespace(text: str, ctx: CompletionContext) -> str:
+def trim_trailing_whitespace(text: str, ctx: FilterContext) -> str:
     """No trailing spaces on lines, no trailing blank lines (the document's next line follows)."""
     return "\n".join(line.rstrip() for line in text.split("\n")).rstrip("\n")
 
 
-def drop_whitespace_only(text: str, ctx: CompletionContext) -> str:
+def drop_whitespace_only(text: str, ctx: FilterContext) -> str:
     return text if text.strip() else ""
 
 
-def to_document_eol(text: str, ctx: CompletionContext) -> str:
+def to_document_eol(text: str, ctx: FilterContext) -> str:
     return text.replace("\n", ctx.eol) if ctx.eol != "\n" else text
 
 
@@ -288,18 +270,20 @@ FILTERS: list[Filter] = [
     drop_repeated_suffix,
     normalize_indentation,
     fix_first_line_indent,
-    prefer_parsable,
     trim_trailing_whitespace,
     drop_whitespace_only,
     to_document_eol,
 ]
 
 
-def postprocess(text: str, ctx: CompletionContext, filters: Sequence[Filter] = FILTERS) -> str:
-    if ctx.mode == "none":
+def postprocess(text: str, ctx: CompletionContext | FilterContext, filters: Sequence[Filter] = FILTERS) -> str:
+    """The text to insert at the cursor: `filters` in order over a snapshot of `ctx` (empty: no suggestion).
+    Pure: the same text and context give the same answer whatever happened to the document since."""
+    snapshot = FilterContext.of(ctx)
+    if snapshot.mode == "none":
         return ""
     for apply in filters:
-        text = apply(text, ctx)
+        text = apply(text, snapshot)
         if not text:
             return ""
     return text

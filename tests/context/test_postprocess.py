@@ -1,10 +1,14 @@
-"""Post-processing: each filter on its own, then the whole list on the complaints users file most
-(┃ marks the cursor)."""
+"""Post-processing: each filter on its own, then the whole list on the complaints users file most; the
+filters are pure, the parse check apart from them (┃ marks the cursor)."""
+
+import dataclasses
 
 import pytest
 
-from codespec.context import postprocess
+from codespec.context import parse_checked, postprocess, prefer_parsable
 from codespec.context.postprocess import (
+    FILTERS,
+    FilterContext,
     drop_repeated_suffix,
     drop_repetitive_tail,
     drop_whitespace_only,
@@ -12,7 +16,6 @@ from codespec.context.postprocess import (
     limit_lines,
     normalize_indentation,
     normalize_newlines,
-    prefer_parsable,
     to_document_eol,
     trim_closing_overlap,
     trim_suffix_line_overlap,
@@ -118,13 +121,62 @@ def test_trim_trailing_whitespace_and_blank() -> None:
     assert postprocess("   \n  ", ctx) == ""
 
 
+def test_filters_see_a_frozen_snapshot_without_the_document() -> None:
+    ctx = context_at("def f(x):\n    ┃\n\nprint(1)\n")
+    seen = []
+
+    def spy(text: str, snapshot: FilterContext) -> str:
+        seen.append(snapshot)
+        return text
+
+    postprocess("y = x", ctx, [spy, *FILTERS])
+    (snapshot,) = seen
+    assert isinstance(snapshot, FilterContext) and not hasattr(snapshot, "document")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        snapshot.line_suffix = "changed"  # type: ignore[misc]
+
+
+def test_postprocess_is_the_same_after_the_document_moves_on() -> None:
+    # The server post-processes one generation at every token and for every typed-along request: the answer
+    # must not depend on when. (The parse check used to be a filter and was silently skipped after an edit.)
+    ctx = context_at("def f(x):\n    ┃\n\nprint(1)\n")
+    broken = "if x:\n        return 1\n    else"
+    before = postprocess(broken, ctx)
+    ctx.document.apply_change(((3, 0), (3, 0)), "# typed later\n")
+    assert postprocess(broken, ctx) == before == broken  # not the filters' job to judge the syntax
+
+
 def test_prefer_parsable_drops_a_broken_last_line() -> None:
     ctx = context_at("def f(x):\n    ┃\n\nprint(1)\n")
-    assert prefer_parsable("if x:\n        return 1\n    else", ctx) == "if x:\n        return 1"
+    doc, offset = ctx.document, ctx.offset
+    assert prefer_parsable("if x:\n        return 1\n    else", doc, offset, budget_s=0.05) == "if x:\n        return 1"
     good = "if x:\n        return 1\n    return 2"
-    assert prefer_parsable(good, ctx) == good
-    ctx.document.apply_change(((3, 0), (3, 0)), "# typed later\n")  # the document moved on
-    assert prefer_parsable("if x:\n        return 1\n    else", ctx) == "if x:\n        return 1\n    else"
+    assert prefer_parsable(good, doc, offset, budget_s=0.05) == good
+    assert prefer_parsable("foo(", doc, offset, budget_s=0.05) == "foo("  # one line: nothing to choose from
+    # Line breaks are the document's: the check splits and inserts CRLF text as it is.
+    crlf = context_at("def f(x):\r\n    ┃\r\n\r\nprint(1)\r\n")
+    assert prefer_parsable("if x:\r\n        return 1\r\n    else", crlf.document, crlf.offset, budget_s=0.05,
+                           eol="\r\n") == "if x:\r\n        return 1"
+
+
+def test_prefer_parsable_checks_the_document_as_it_is_now() -> None:
+    # Typed along: the user typed "if x:" at the cursor; the rest of the suggestion is checked at the new
+    # cursor in the edited document (what the server does for a typed-along answer).
+    ctx = context_at("def f(x):\n    ┃\n\nprint(1)\n")
+    doc = ctx.document
+    doc.apply_change((doc.position_at(ctx.offset), doc.position_at(ctx.offset)), "if x:")
+    rest = "\n        return 1\n    else"
+    assert prefer_parsable(rest, doc, ctx.offset + len("if x:"), budget_s=0.05) == "\n        return 1"
+    # ... and not when the document changed since the caller looked (its cursor offset would be stale).
+    assert prefer_parsable(rest, doc, ctx.offset + 5, budget_s=0.05, edit_count=doc.edit_count - 1) == rest
+
+
+def test_parse_checked_uses_the_context_document_until_it_moves_on() -> None:
+    ctx = context_at("def f(x):\n    ┃\n\nprint(1)\n")
+    broken = "if x:\n        return 1\n    else"
+    assert parse_checked(broken, ctx) == "if x:\n        return 1"
+    ctx.document.apply_change(((3, 0), (3, 0)), "# typed later\n")
+    assert parse_checked(broken, ctx) == broken
 
 
 def test_crlf_document() -> None:
