@@ -3,7 +3,8 @@
 The target labels the repository's code by teacher forcing (its top-k next-token distribution at every
 position of FIM and left-to-right examples), a LoRA on the draft learns to match it, and the merged draft
 is saved as a plain HF directory for `--draft-model DIR`. `--eval` (or `codespec bench distill`) measures
-acceptance and tau before and after on held-out files. Both commands are in codespec/distill/cli.py."""
+acceptance and tau before and after on held-out files. Both commands' arguments are in codespec/distill/cli.py,
+what a run does in codespec/distill/pipeline.py."""
 
 from __future__ import annotations
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import torch
 
-from codespec.distill.cli import heldout_files
 from codespec.distill.evaluate import eval_prompts, speculative_eval, tau_ratio_interval
+from codespec.distill.pipeline import heldout_files
 from codespec.models import load_model
 
 

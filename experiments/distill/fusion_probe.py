@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from codespec.decode.drafters import DraftModelConfig
-from codespec.distill import cli, teacher
+from codespec.distill import cli, pipeline, teacher
 from codespec.distill.evaluate import tau_ratio_interval
 from codespec.distill.tau import DraftPredictions, Replayed, draft_predictions, replay
 from codespec.distill.train import distill_loss
@@ -86,9 +86,9 @@ def main() -> None:
     run = run_parser.parse_args([a for a in args.distill_args if a != "--"] + ["--out", str(args.run)])
     run.dtype = "fp32"
     work = args.run / "work"
-    target, _, _, train, held, train_labels, held_labels, _ = cli._labelled_examples(run, "cpu", work, fresh=False,
+    target, _, _, train, held, train_labels, held_labels, _ = pipeline._labelled_examples(run, "cpu", work, fresh=False,
                                                                                    deadlines=None)
-    name = cli._run_name(run.target, run)
+    name = pipeline._run_name(run.target, run)
     features = {split: teacher.feature_examples(target.model, examples, work / f"features-{split}.pt", model_name=name)
                 for split, examples in (("heldout", held), ("train", train))}
     draft = load_model(args.draft, dtype="fp32", progress=False).model.eval().requires_grad_(False)

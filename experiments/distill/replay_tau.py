@@ -24,8 +24,8 @@ import torch
 
 from codespec.decode.drafters import DraftModelConfig
 from codespec.decode.engine import Engine
-from codespec.distill.cli import heldout_files
 from codespec.distill.evaluate import eval_prompts, tau_ratio_interval
+from codespec.distill.pipeline import heldout_files
 from codespec.distill.tau import draft_predictions, replay
 from codespec.models import load_model
 

@@ -399,7 +399,7 @@ def test_distill_with_greedy_middles_and_bf16_training_saves_an_fp32_draft(repo,
                                                              (True, 4.0, "bf16")])
 def test_training_dtype_is_bf16_only_where_the_cpu_computes_it_faster(monkeypatch, capsys, native_bf16, speedup,
                                                                      auto):
-    from codespec.distill.cli import _training_dtype
+    from codespec.distill.pipeline import _training_dtype
 
     measured = []
     monkeypatch.setattr("codespec.models.cpu_has_native_bf16", lambda: native_bf16)
@@ -545,29 +545,29 @@ def _allow(asks: int):
 def test_a_deadline_keeps_a_prefix_of_the_examples_and_a_rerun_completes_them(repo, tmp_path, monkeypatch):
     import argparse
 
-    from codespec.distill import cli
+    from codespec.distill import pipeline
 
-    monkeypatch.setattr(cli, "CHUNK_EXAMPLES", 4)  # several chunks from the tiny repository
+    monkeypatch.setattr(pipeline, "CHUNK_EXAMPLES", 4)  # several chunks from the tiny repository
     target, draft = load_model("tiny:0"), load_model("tiny:1")
     models = {"greedy": (target, "tiny:0"), "onpolicy": (draft, "tiny:1")}
     args = argparse.Namespace(method="lora", greedy_fraction=0.25, onpolicy_fraction=0.25, greedy_tokens=6, greedy_batch=1,
                               top_k=8, quiet=True, dtype="fp32")
     examples = data.build_examples(data.collect_files(repo), target.tokenizer, data.ExampleConfig(seq_len=64), seed=0)
     assert len(examples) > 8
-    whole, whole_labels = cli._prepared_split(models, examples, args, 0, tmp_path / "a", "train", None)
+    whole, whole_labels = pipeline._prepared_split(models, examples, args, 0, tmp_path / "a", "train", None)
     assert len(whole) == len(examples) and {"fim-greedy", "fim-draft"} <= {e.kind for e in whole}
 
     # Cut short: a prefix of the same examples (middles included) with the same labels, nothing else.
-    cut, cut_labels = cli._prepared_split(models, examples, args, 0, tmp_path / "b", "train", _allow(7))
+    cut, cut_labels = pipeline._prepared_split(models, examples, args, 0, tmp_path / "b", "train", _allow(7))
     assert 0 < len(cut) < len(whole) and cut == whole[: len(cut)] and len(cut_labels) == len(cut)
     for got, want in zip(cut_labels, whole_labels, strict=False):
         assert torch.equal(got.ids, want.ids)
     # Run again with no deadline: the rest is done, what was done is read back, the result is the whole set.
-    again, again_labels = cli._prepared_split(models, examples, args, 0, tmp_path / "b", "train", None)
+    again, again_labels = pipeline._prepared_split(models, examples, args, 0, tmp_path / "b", "train", None)
     assert again == whole and len(again_labels) == len(whole)
     # Out of time from the start: nothing new is computed, what is saved is still used.
-    assert cli._prepared_split(models, examples, args, 0, tmp_path / "c", "train", _allow(0)) == ([], [])
-    saved, _ = cli._prepared_split(models, examples, args, 0, tmp_path / "b", "train", _allow(0))
+    assert pipeline._prepared_split(models, examples, args, 0, tmp_path / "c", "train", _allow(0)) == ([], [])
+    saved, _ = pipeline._prepared_split(models, examples, args, 0, tmp_path / "b", "train", _allow(0))
     assert saved == whole
 
 
@@ -575,9 +575,9 @@ def test_the_data_phase_reads_each_cache_file_once_and_writes_the_labels_once(re
     import argparse
     from collections import Counter
 
-    from codespec.distill import cli, teacher
+    from codespec.distill import pipeline, teacher
 
-    monkeypatch.setattr(cli, "CHUNK_EXAMPLES", 4)  # many chunks: per-chunk I/O would show
+    monkeypatch.setattr(pipeline, "CHUNK_EXAMPLES", 4)  # many chunks: per-chunk I/O would show
     reads, writes = Counter(), Counter()
     load, save = teacher.load_cache, teacher.save_atomic
     monkeypatch.setattr(teacher, "load_cache", lambda path, *a: reads.update([path.name]) or load(path, *a))
@@ -587,8 +587,8 @@ def test_the_data_phase_reads_each_cache_file_once_and_writes_the_labels_once(re
     args = argparse.Namespace(method="lora", greedy_fraction=0.25, onpolicy_fraction=0.25, greedy_tokens=6, greedy_batch=1,
                               top_k=8, quiet=True, dtype="fp32")
     examples = data.build_examples(data.collect_files(repo), target.tokenizer, data.ExampleConfig(seq_len=64), seed=0)
-    ready, labels = cli._prepared_split(models, examples, args, 0, tmp_path, "train", None)
-    assert len(ready) == len(labels) == len(examples) > 3 * cli.CHUNK_EXAMPLES
+    ready, labels = pipeline._prepared_split(models, examples, args, 0, tmp_path, "train", None)
+    assert len(ready) == len(labels) == len(examples) > 3 * pipeline.CHUNK_EXAMPLES
     assert reads == {"labels-train.pt": 1, "greedy-train.pt": 1, "onpolicy-train.pt": 1}
     # The labels once at the end (within the minute between saves); middles after each batch of 1 prompt
     # (equal prompts are generated once).
@@ -597,7 +597,7 @@ def test_the_data_phase_reads_each_cache_file_once_and_writes_the_labels_once(re
     # What was written is what a later run reads: nothing is computed again.
     monkeypatch.setattr(teacher, "label_example", None)
     monkeypatch.setattr(teacher.CacheFile, "put", None)
-    again, again_labels = cli._prepared_split(models, examples, args, 0, tmp_path, "train", None)
+    again, again_labels = pipeline._prepared_split(models, examples, args, 0, tmp_path, "train", None)
     assert again == ready and all(torch.equal(a.ids, b.ids) for a, b in zip(again_labels, labels, strict=True))
 
 
@@ -625,12 +625,12 @@ def test_data_only_labels_and_stops_and_the_same_command_then_trains_on_those_la
 
 
 def test_max_minutes_bounds_the_whole_run_and_bench_reads_a_cut_run(repo, tmp_path, monkeypatch, capsys):
-    from codespec.distill import cli
+    from codespec.distill import pipeline
 
-    monkeypatch.setattr(cli, "CHUNK_EXAMPLES", 4)
+    monkeypatch.setattr(pipeline, "CHUNK_EXAMPLES", 4)
     # The deadlines of the held-out and the training data, in the order the run asks for them.
     deadlines = iter([_allow(3), _allow(5)])
-    monkeypatch.setattr(cli, "_deadline", lambda at: next(deadlines) if at is not None else None)
+    monkeypatch.setattr(pipeline, "_deadline", lambda at: next(deadlines) if at is not None else None)
     out = tmp_path / "draft"
     # No --max-train-tokens: with --max-minutes as many as fit. Training stops by the clock (1000 epochs).
     assert main(["distill", "--repo", str(repo), "--out", str(out), "--model", "tiny:0", "--draft-model", "tiny:1",
