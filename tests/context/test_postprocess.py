@@ -160,15 +160,15 @@ def test_prefer_parsable_drops_a_broken_last_line() -> None:
 
 
 def test_prefer_parsable_checks_the_document_as_it_is_now() -> None:
-    # Typed along: the user typed "if x:" at the cursor; the rest of the suggestion is checked at the new
+    # Typed along: the user typed "x = 1" at the cursor; the rest of the suggestion is checked at the new
     # cursor in the edited document (what the server does for a typed-along answer).
     ctx = context_at("def f(x):\n    ┃\n\nprint(1)\n")
     doc = ctx.document
-    doc.apply_change((doc.position_at(ctx.offset), doc.position_at(ctx.offset)), "if x:")
-    rest = "\n        return 1\n    else"
-    assert prefer_parsable(rest, doc, ctx.offset + len("if x:"), budget_s=0.05) == "\n        return 1"
+    doc.apply_change((doc.position_at(ctx.offset), doc.position_at(ctx.offset)), "x = 1")
+    rest, cursor = "\n    y = 2\n    if x:\n        return 1\n    else", ctx.offset + len("x = 1")
+    assert prefer_parsable(rest, doc, cursor, budget_s=0.05) == "\n    y = 2\n    if x:\n        return 1"
     # ... and not when the document changed since the caller looked (its cursor offset would be stale).
-    assert prefer_parsable(rest, doc, ctx.offset + 5, budget_s=0.05, edit_count=doc.edit_count - 1) == rest
+    assert prefer_parsable(rest, doc, cursor, budget_s=0.05, edit_count=doc.edit_count - 1) == rest
 
 
 def test_parse_checked_uses_the_context_document_until_it_moves_on() -> None:
