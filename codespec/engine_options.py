@@ -11,6 +11,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from codespec.errors import CodespecError
+from codespec.modes import LLAMACPP_RUNTIMES
 
 if TYPE_CHECKING:
     from codespec.decode.engine import Engine
@@ -87,7 +88,7 @@ def load_engine(
         target = load_model(target_spec, device=device, dtype=dtype, threads=threads, progress=progress,
                             runtime=chosen)
     except CodespecError as exc:
-        if chosen != "llamacpp" or not degrade:
+        if chosen not in LLAMACPP_RUNTIMES or not degrade:
             raise
         fallback = f"llamacpp runtime unavailable ({exc}); using torch"
         print(f"codespec: {fallback}", file=sys.stderr)

@@ -25,7 +25,7 @@ from codespec import fim
 from codespec.benchmarks.report import machine_line, update_markdown_section
 from codespec.errors import CodespecError
 from codespec.flags import add_deprecated_flag
-from codespec.modes import SPECULATIVE_MODES
+from codespec.modes import RUNTIMES, SPECULATIVE_MODES
 
 
 @dataclass
@@ -402,7 +402,7 @@ def register_bench(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--modes", default=",".join(ALL_MODES))
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--runtime", default="torch", choices=("auto", "torch", "llamacpp"),
+    parser.add_argument("--runtime", default="torch", choices=RUNTIMES,
                         help="the target's runtime (the llama-server modes serve the same GGUF)")
     parser.add_argument("--dtype", default="auto", help="torch runtime: auto, float32, bfloat16")
     parser.add_argument("--no-cost-aware", dest="cost_aware", action="store_false",

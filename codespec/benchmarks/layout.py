@@ -30,7 +30,7 @@ from codespec.context.build import ContextCache, ContextConfig, build_context
 from codespec.context.document import Document
 from codespec.decode.runtimes.kv import common_prefix_len
 from codespec.flags import add_deprecated_flag
-from codespec.modes import DRAFTING_MODES
+from codespec.modes import DRAFTING_MODES, RUNTIMES
 from codespec.stats import percentile
 
 SESSIONS = Path(__file__).resolve().parents[2] / "tests" / "sessions" / "data"
@@ -259,7 +259,7 @@ def register_bench(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--budget", type=int, default=ContextConfig().max_prompt_tokens,
                         help="(b): ContextConfig.max_prompt_tokens (smaller: faster on a slow CPU)")
     parser.add_argument("--threads", type=int)
-    parser.add_argument("--runtime", default="torch", choices=("torch", "llamacpp"),
+    parser.add_argument("--runtime", default="torch", choices=RUNTIMES[1:],
                         help="(b): torch (greedy output is the reference model's) or llamacpp (the CPU default)")
     parser.add_argument("--jsonl", help="(b): per-prompt rows")
     parser.add_argument("--json-out", help="the report as JSON")

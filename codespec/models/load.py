@@ -19,7 +19,7 @@ from codespec.models.convert import (
 from codespec.models.device import resolve_device, resolve_dtype
 from codespec.models.requantize import bundled_llamacpp_runtime
 from codespec.models.spec import ModelSpec, parse_spec
-from codespec.modes import RUNTIMES
+from codespec.modes import LLAMACPP_RUNTIMES, RUNTIMES
 
 if TYPE_CHECKING:
     import torch
@@ -58,8 +58,9 @@ def load_model(
             raise CodespecError(f"threads must be >= 1, got {threads}")
         torch.set_num_threads(threads)
     parsed = parse_spec(spec)
-    if resolve_runtime(runtime, spec, device) == "llamacpp":
-        return _load_llamacpp(spec, parsed, device, dtype, threads, progress)
+    chosen = resolve_runtime(runtime, spec, device)
+    if chosen in LLAMACPP_RUNTIMES:
+        return _load_llamacpp(spec, parsed, device, dtype, threads, progress, chosen)
     target_device = resolve_device(device)
     target_dtype = resolve_dtype(dtype, target_device)
     if parsed.kind == "tiny":
@@ -83,12 +84,16 @@ def load_model(
 
 
 def _load_llamacpp(spec: str, parsed: ModelSpec, device: str | torch.device, dtype: str | torch.dtype,
-                   threads: int | None, progress: bool) -> LoadedModel:
-    """A GGUF target on llama.cpp: the bundled GGUF assembled once into the cache, or a user's .gguf file."""
+                   threads: int | None, progress: bool, runtime_name: str = "llamacpp") -> LoadedModel:
+    """A GGUF target on llama.cpp (or the ik_llama.cpp fork): the bundled GGUF assembled once into the cache,
+    or a user's .gguf file."""
     import torch
     from transformers import AutoTokenizer
 
-    from codespec.decode.runtimes.llamacpp import LlamaCppRuntime
+    if runtime_name == "ik-llamacpp":
+        from codespec.decode.runtimes.ik_llamacpp import IkLlamaCppRuntime as LlamaCppRuntime
+    else:
+        from codespec.decode.runtimes.llamacpp import LlamaCppRuntime
 
     if resolve_device(device).type != "cpu":
         raise CodespecError("the llamacpp runtime runs on the CPU here: use --runtime torch for a GPU")
@@ -97,7 +102,7 @@ def _load_llamacpp(spec: str, parsed: ModelSpec, device: str | torch.device, dty
                             "weight format")
     if parsed.kind == "bundled":  # requantized (bundled:NAME@FORMAT) where complete, else the bundled GGUF
         runtime, gguf_path = bundled_llamacpp_runtime(parsed.name, parsed.weight_format, threads=threads,
-                                                      progress=progress)
+                                                      progress=progress, runtime_class=LlamaCppRuntime)
         tokenizer_dir, name = gguf_path.parent, parsed.name
     elif parsed.kind == "gguf":
         assert parsed.path is not None

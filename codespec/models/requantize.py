@@ -187,11 +187,12 @@ def serving_gguf(name: str, fmt: str | None) -> tuple[Path | None, str | None]:
 
 
 def bundled_llamacpp_runtime(name: str, fmt: str | None, *, threads: int | None,
-                             progress: bool = True) -> tuple[Any, Path]:
+                             progress: bool = True, runtime_class: Any = None) -> tuple[Any, Path]:
     """A LlamaCppRuntime on `bundled:<name>@<fmt>`'s requantized GGUF, or on the bundled GGUF (with one line on
     stderr, the server's log, saying why) when that file is not complete here or llama.cpp cannot load it."""
     from codespec.decode.runtimes.llamacpp import LlamaCppRuntime
 
+    LlamaCppRuntime = runtime_class or LlamaCppRuntime  # noqa: N806 - or the ik_llama.cpp one
     path, why = serving_gguf(name, fmt)
     if path is not None:
         try:

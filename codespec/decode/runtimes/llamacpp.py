@@ -145,7 +145,7 @@ class LlamaCppRuntime(Runtime):
             status = lib.llama_decode(self._ctx, batch)
         if status != 0:
             # Anything it kept of a failed batch is dropped, so the cache again holds exactly `cached`.
-            lib.llama_memory_seq_rm(self._memory, seq, start, -1)
+            self._seq_rm(seq, start, -1)
             raise CodespecError(f"llama_decode failed with status {status} at {start} + {n} tokens")
         rows = np.empty((logits, self.vocab_size), dtype=np.float32)
         for row, index in enumerate(range(n - logits, n)):
@@ -159,19 +159,29 @@ class LlamaCppRuntime(Runtime):
     def truncate(self, length: int) -> None:
         length = max(length, 0)
         if length < len(self.cached):
-            if not self._lib.llama_memory_seq_rm(self._memory, self.active, length, -1):
-                self._lib.llama_memory_seq_rm(self._memory, self.active, -1, -1)
+            if not self._seq_rm(self.active, length, -1):
+                self._seq_rm(self.active, -1, -1)
                 del self.cached[:]
                 return
             del self.cached[length:]
 
     def _copy_slot(self, source: int, target: int, length: int) -> None:
-        self._lib.llama_memory_seq_rm(self._memory, target, -1, -1)
+        self._seq_rm(target, -1, -1)
         if length:
-            self._lib.llama_memory_seq_cp(self._memory, source, target, 0, length)
+            self._seq_cp(source, target, 0, length)
 
     def _clear_slot(self, index: int) -> None:
-        self._lib.llama_memory_seq_rm(self._memory, index, -1, -1)
+        self._seq_rm(index, -1, -1)
+
+    # The KV memory's sequence operations: the one place the mainline API names them.
+    def _seq_rm(self, seq: int, start: int, end: int) -> bool:
+        return bool(self._lib.llama_memory_seq_rm(self._memory, seq, start, end))
+
+    def _seq_cp(self, source: int, target: int, start: int, end: int) -> None:
+        self._lib.llama_memory_seq_cp(self._memory, source, target, start, end)
+
+    def _free_model(self) -> None:
+        self._lib.llama_model_free(self._model)
 
     def kv_bytes_per_token(self) -> int:
         return self._kv_bytes
@@ -187,7 +197,7 @@ class LlamaCppRuntime(Runtime):
         if getattr(self, "_ctx", None):
             self._lib.llama_batch_free(self._batch)
             self._lib.llama_free(self._ctx)
-            self._lib.llama_model_free(self._model)
+            self._free_model()
             self._ctx = None
 
     def __del__(self) -> None:
