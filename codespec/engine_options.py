@@ -84,16 +84,19 @@ def load_engine(
     target_spec, draft_spec, drafting = resolve_models(model, draft_model, drafting, device, degrade=degrade)
     chosen = resolve_runtime(runtime, target_spec, device)
     fallback = None
-    try:
-        target = load_model(target_spec, device=device, dtype=dtype, threads=threads, progress=progress,
-                            runtime=chosen)
-    except CodespecError as exc:
-        if chosen not in LLAMACPP_RUNTIMES or not degrade:
-            raise
-        fallback = f"llamacpp runtime unavailable ({exc}); using torch"
-        print(f"codespec: {fallback}", file=sys.stderr)
-        chosen = "torch"
-        target = load_model(target_spec, device=device, dtype=dtype, threads=threads, progress=progress)
+    target = None
+    while target is None:
+        try:
+            target = load_model(target_spec, device=device, dtype=dtype, threads=threads, progress=progress,
+                                runtime=chosen)
+        except CodespecError as exc:
+            if chosen not in LLAMACPP_RUNTIMES or not degrade:
+                raise
+            # The next runtime down: ik_llama.cpp -> llama.cpp -> torch, one line each on stderr (the log).
+            following = "llamacpp" if chosen == "ik-llamacpp" else "torch"
+            fallback = f"{chosen} runtime unavailable ({exc}); using {following}"
+            print(f"codespec: {fallback}", file=sys.stderr)
+            chosen = following
     draft = load_model(draft_spec, device=device, dtype=dtype, progress=progress) if draft_spec else None
     served = {"model": target_spec, "draftModel": draft_spec, "drafting": drafting, "runtime": chosen,
               "runtimeFallback": fallback}

@@ -242,5 +242,5 @@ def test_the_cpu_default_names_the_adopted_format(monkeypatch, fmt, target):
 
     monkeypatch.setattr(rq, "CPU_DEFAULT_FORMAT", fmt)
     profile = default_profile("cpu")
-    assert profile.runtime == "llamacpp" and profile.target == target
+    assert profile.runtime in ("ik-llamacpp", "llamacpp") and profile.target == target
     assert parse_spec(profile.target).weight_format == fmt

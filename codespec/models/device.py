@@ -68,14 +68,17 @@ def default_profile(device: str | torch.device = "auto") -> Profile:
         return Profile("bundled:qwen2.5-coder-1.5b", "bundled:qwen2.5-coder-0.5b", "both", "torch",
                        "CUDA forwards are cheap: the 1.5B target with 0.5B + lookup drafts (projected, "
                        "docs/benchmarks.md)")
+    from codespec.decode.runtimes.ik_llamacpp import ik_available
     from codespec.decode.runtimes.llamacpp import llamacpp_available
 
-    if llamacpp_available():
+    if ik_available() or llamacpp_available():
         from codespec.models.requantize import CPU_DEFAULT_FORMAT
 
         # bundled:NAME@FORMAT serves the requantized file where `models fetch` made it, else the bundled GGUF
         # with one line saying why (codespec.models.requantize.bundled_llamacpp_runtime)
         target = "bundled:qwen2.5-coder-1.5b" + (f"@{CPU_DEFAULT_FORMAT}" if CPU_DEFAULT_FORMAT else "")
+        if ik_available():
+            return Profile(target, None, "lookup", "ik-llamacpp", CPU_IK_WHY)
         return Profile(target, None, "lookup", "llamacpp", CPU_LLAMACPP_WHY)
     return Profile("bundled:qwen2.5-coder-0.5b", None, "lookup", "torch",
                    "llama-cpp-python is not installed: the 0.5B in fp32 torch with free lookup drafts is the "
@@ -85,3 +88,7 @@ def default_profile(device: str | torch.device = "auto") -> Profile:
 CPU_LLAMACPP_WHY = ("on llama.cpp the bundled 1.5B (Q4_K_M) decodes faster than the 0.5B did in fp32 torch, "
                     "so the larger model is the CPU default; lookup drafts are verified only where the "
                     "measured cost curve says they pay (docs/benchmarks.md)")
+CPU_IK_WHY = ("on ik_llama.cpp with its weights repacked at load, the bundled 1.5B (Q4_K_M, the same file) takes "
+              "30 ms a step against 41-44 ms on llama.cpp, and a forward over 8 tokens (a draft's verify) 105 ms "
+              "against 246-253 ms (experiments/cheap-verify/log.md); lookup drafts are verified only where the "
+              "measured cost curve says they pay")

@@ -194,14 +194,20 @@ def _wrap(
 
 
 def resolve_runtime(runtime: str, spec: str, device: str = "auto") -> str:
-    """`auto` picks llama.cpp for a GGUF-backed spec on a CPU when llama-cpp-python is importable, else torch."""
+    """`auto`, for a GGUF-backed spec on a CPU: ik_llama.cpp where ik-llama-cpp-python loads (its repacked
+    kernels are faster here for one token, a draft's verify and a prefill chunk alike: CPU_RUNTIME_WHY), else
+    llama.cpp where llama-cpp-python does; otherwise torch."""
     if runtime not in RUNTIMES:
         raise CodespecError(f"unknown runtime {runtime!r}; use one of {', '.join(RUNTIMES)}")
     if runtime != "auto":
         return runtime
+    from codespec.decode.runtimes.ik_llamacpp import ik_available
     from codespec.decode.runtimes.llamacpp import llamacpp_available
 
     gguf_backed = parse_spec(spec).kind in ("bundled", "gguf")
-    if gguf_backed and resolve_device(device).type == "cpu" and llamacpp_available():
-        return "llamacpp"
+    if gguf_backed and resolve_device(device).type == "cpu":
+        if ik_available():
+            return "ik-llamacpp"
+        if llamacpp_available():
+            return "llamacpp"
     return "torch"

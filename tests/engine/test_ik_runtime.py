@@ -63,3 +63,31 @@ def test_output_is_torch_greedy_on_a_repetitive_prompt(runtime, drafting):
     engine = Engine(runtime, None, drafting=drafting, stop_token_ids=[])
     result = engine.generate(prompt, max_new_tokens=24)
     assert result.token_ids == reference_greedy(tiny_model(0), prompt, 24, set())
+
+
+def test_the_server_falls_back_to_mainline_llamacpp_when_ik_cannot_load(tiny_gguf, tmp_path, monkeypatch, capsys):
+    import codespec.models.convert
+    from codespec.engine_options import load_engine
+    from codespec.errors import CodespecError
+
+    def broken():
+        raise CodespecError(ik.INSTALL_HINT)
+
+    monkeypatch.setenv("CODESPEC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(codespec.models.convert, "_save_gguf_tokenizer",
+                        lambda gguf_path, out_dir: tiny_tokenizer().save_pretrained(str(out_dir)))
+    monkeypatch.setattr(ik, "_library", broken)
+    with pytest.raises(CodespecError, match="ik-llama-cpp-python is not installed"):
+        load_engine(str(tiny_gguf), drafting="lookup", runtime="ik-llamacpp", progress=False, calibrate=False)
+    engine = load_engine(str(tiny_gguf), drafting="lookup", runtime="ik-llamacpp", progress=False, degrade=True,
+                         calibrate=False)
+    assert engine.runtime.name == "llamacpp" and engine.served["runtime"] == "llamacpp"
+    assert "ik-llamacpp runtime unavailable" in engine.served["runtimeFallback"]
+    assert "ik-llamacpp runtime unavailable" in capsys.readouterr().err  # one line in the log
+
+
+def test_auto_picks_ik_for_a_gguf_on_the_cpu(tiny_gguf):
+    from codespec.models.load import resolve_runtime
+
+    assert resolve_runtime("auto", str(tiny_gguf), "cpu") == "ik-llamacpp"
+    assert resolve_runtime("auto", "tiny", "cpu") == "torch"
