@@ -67,7 +67,7 @@ def speed() -> None:
 
 if __name__ == "__main__":
     curves("cost_curves.json")
-    curves("cost_curves_2.json")
-    curves("ik_cost_curves.json")
+    for name in ("ik_cost_curves.json", "sandwich-mainline-1.json", "sandwich-ik.json", "sandwich-mainline-2.json"):
+        curves(name)
     quality()
     speed()
