@@ -9,7 +9,7 @@ N_HE=${N_HE:-60}       # HumanEval tasks per kind
 N_FL=${N_FL:-60}       # first-line prompts
 STEPS=${STEPS:-humaneval,firstline,generate}
 spec() { if [ "$1" = bundled ]; then echo bundled:qwen2.5-coder-1.5b; else echo "bundled:qwen2.5-coder-1.5b@$1"; fi; }
-run() { echo "== $(date -u +%T) $*" >> $OUT/run_quality.log; flock /work/bench.lock "$@"; }
+run() { echo "== $(date -u +%T) $*" >> $OUT/run_quality.log; if [ -n "${HELD:-}" ]; then "$@"; else flock /work/bench.lock "$@"; fi; }
 if [[ $STEPS == *humaneval* ]]; then
   for fmt in "$@"; do
     run .venv/bin/codespec bench humaneval --model "$(spec $fmt)" --runtime llamacpp --threads 2 --drafting none \
