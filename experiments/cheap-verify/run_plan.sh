@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# The order the quality runs went in. The lock was shared with other engineers' long benchmarks, so after
-# HumanEval on the bundled file and q4_0 (run_quality.sh bundled q4_0, one step each), the remaining runs were
-# grouped into two holds of the lock, HumanEval first (the measure the formats are most likely to miss).
+# The order the quality runs went in. The lock was shared with other engineers' long benchmarks (a replay held it
+# 11:36-12:00+), so after HumanEval on the bundled file and q4_0 (one lock hold per step), the rest ran in one
+# hold, ordered so that a cut-off run still leaves complete rows: iq4_nl first (q4_0 had already missed), then
+# the bundled file's and q4_0's first-line and decode rows, q4_0-q8out's HumanEval last.
 set -u
 cd "$(dirname "$0")/../.."
 Q=experiments/cheap-verify/run_quality.sh
-echo "== $(date -u +%T) hold 1" >> experiments/cheap-verify/run_quality.log
-flock /work/bench.lock env HELD=1 STEPS=humaneval $Q iq4_nl q4_0-q8out
-echo "== $(date -u +%T) hold 2" >> experiments/cheap-verify/run_quality.log
-# the candidates still in the running after HumanEval, read when the second hold starts
-flock /work/bench.lock bash -c "HELD=1 STEPS=firstline,generate $Q bundled \$(cat /tmp/rq/candidates 2>/dev/null || echo q4_0 iq4_nl q4_0-q8out)"
+echo "== $(date -u +%T) one hold" >> experiments/cheap-verify/run_quality.log
+flock /work/bench.lock bash -c "
+  export HELD=1 N_FL=40
+  STEPS=humaneval $Q iq4_nl
+  STEPS=firstline $Q bundled iq4_nl
+  STEPS=generate $Q bundled iq4_nl
+  STEPS=firstline,generate $Q q4_0
+  STEPS=humaneval $Q q4_0-q8out"
