@@ -106,10 +106,9 @@ def list_models(*, verify: bool = False) -> list[dict[str, Any]]:
 
 
 def _llamacpp_file(name: str) -> dict[str, Any]:
-    """Which GGUF llama.cpp serves this model from: the requantized one the CPU default names, else the bundled."""
+    """Which GGUF llama.cpp serves this model from: the requantized one `models fetch` makes for it (the CPU
+    default's format) where complete, else the bundled GGUF."""
     fmt = REQUANTIZE_ON_FETCH.get(name)
-    if fmt is None:
-        return {}
     path, why = serving_gguf(name, fmt)
     return {"llamacpp_format": fmt if path else "bundled",
             "llamacpp_file": str(path or cache_root() / f"{name}-gguf" / GGUF_NAME),
