@@ -42,7 +42,8 @@ class Drafter:
 
     def attach(self, runtime: Any, stop_ids: Iterable[int]) -> None:
         """The engine that verifies this drafter's drafts: its target runtime and the tokens that end a
-        generation (nothing drafted after one can be kept). Called once per engine, before any draft."""
+        generation (nothing drafted after one can be kept). Called when the engine is built for its own drafter,
+        and on every `stream()` that passes a drafter of its own, before any draft."""
 
     def begin(self, prompt_ids: Sequence[int], extra_streams: Sequence[Sequence[int]]) -> None:
         """A new generation starts from `prompt_ids`; `extra_streams` are other token sequences to draw from."""
