@@ -187,7 +187,9 @@ class LlamaCppRuntime(Runtime):
         return self._kv_bytes
 
     def describe_settings(self) -> dict:
-        return {"runtime": self.name, "threads": self.threads}
+        # The file is part of the key of its cost curve: a spec whose requantized file is missing serves the
+        # bundled one, and that file's curve must not be kept under the other's name (or the other way round).
+        return {"runtime": self.name, "threads": self.threads, "gguf": f"{self.path.parent.name}/{self.path.name}:{self.path.stat().st_size}"}
 
     def describe(self) -> dict:
         return {**super().describe(), "gguf": self.path.name, "threads": self.threads,
