@@ -67,8 +67,8 @@ llama-server: $(LLAMA_BUILD)/bin/llama-server
 # (JSON, PNG, and in benchmarks.md each command's own <!-- NAME:start/end --> block only). 2 CPU cores: over an
 # hour (the navigation replay alone ~40 min, the load replay ~15 min).
 bench: fetch llama-server
-	$(VENV)/bin/codespec bench generate --model bundled:qwen2.5-coder-1.5b --runtime llamacpp --threads 2 \
-		--set real,edit,fresh --n 6 --max-tokens 48 --modes plain,lookup,llama-server,llama-server-ngram --out docs
+	$(VENV)/bin/codespec bench generate --model bundled:qwen2.5-coder-1.5b --runtime ik-llamacpp --threads 2 \
+		--set real,edit,fresh,block --n 6 --max-tokens 48 --modes plain,lookup,llama-server,llama-server-ngram --out docs
 	$(VENV)/bin/codespec bench generate --model bundled:qwen2.5-coder-0.5b --set all --n 5 --max-tokens 64 \
 		--modes plain,hf-greedy,hf-lookup,lookup --threads 1 --out docs
 	$(VENV)/bin/codespec bench generate --model bundled:qwen2.5-coder-1.5b --draft-model bundled:qwen2.5-coder-0.5b \
