@@ -112,6 +112,14 @@ class StepEvent:
     result: GenerationResult | None = None
 
 
+def final_result(events: Iterator[StepEvent]) -> GenerationResult:
+    """A stream run to its end: the result its last event carries (`generate` of every engine)."""
+    for event in events:
+        if event.done and event.result is not None:
+            return event.result
+    raise AssertionError("stream ended without a result")
+
+
 class CompletionEngine(Protocol):
     """One completion engine: streams a prompt's continuation, and says what serves and how it is doing."""
 

@@ -14,7 +14,14 @@ from typing import Any
 
 import torch
 
-from codespec.decode.api import CancelToken, GenerationResult, GenerationStats, StepEvent, StopFn
+from codespec.decode.api import (
+    CancelToken,
+    GenerationResult,
+    GenerationStats,
+    StepEvent,
+    StopFn,
+    final_result,
+)
 from codespec.decode.drafters import (
     CombinedDrafter,
     CostAwareLength,
@@ -161,11 +168,7 @@ class Engine:
             self.model_drafter.reset()
 
     def generate(self, prompt_ids: Sequence[int], **kwargs) -> GenerationResult:
-        for event in self.stream(prompt_ids, **kwargs):
-            if event.done:
-                assert event.result is not None
-                return event.result
-        raise AssertionError("stream ended without a result")
+        return final_result(self.stream(prompt_ids, **kwargs))
 
     def stream(
         self,

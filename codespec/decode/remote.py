@@ -25,7 +25,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from codespec import fim
-from codespec.decode.api import CancelToken, GenerationResult, GenerationStats, StepEvent, StopFn
+from codespec.decode.api import (
+    CancelToken,
+    GenerationResult,
+    GenerationStats,
+    StepEvent,
+    StopFn,
+    final_result,
+)
 from codespec.errors import CodespecError
 
 logger = logging.getLogger(__name__)
@@ -124,10 +131,7 @@ class RemoteEngine:
         return {"remote": self.health()}
 
     def generate(self, prompt_ids: Sequence[int], **kwargs: Any) -> GenerationResult:
-        for event in self.stream(prompt_ids, **kwargs):
-            if event.done and event.result is not None:
-                return event.result
-        raise AssertionError("stream ended without a result")
+        return final_result(self.stream(prompt_ids, **kwargs))
 
     def stream(
         self,
