@@ -203,7 +203,9 @@ def test_the_near_tie_check_rejects_a_wrong_verifier_and_a_corrupted_output(runt
             corrupted = plain[:at] + [runner_up[at]] + plain[at + 1 :]
             ok, deficit = near_tie_ok(runtime, prompt, plain, corrupted, tiny_near_tie)
             gap = float(logits[at].max() - logits[at, runner_up[at]])
-            assert deficit == pytest.approx(gap, abs=tiny_near_tie)  # judged where the swap is, not next to it
+            # judged where the swap is, not next to it; deficit and gap come from different forwards (the check's
+            # and this test's), each within the measured rounding bound: they differ by up to twice it
+            assert deficit == pytest.approx(gap, abs=2 * tiny_near_tie)
             assert not (ok and gap > 2 * tiny_near_tie), (index, at, gap)  # no tie: must be rejected
             rejected += not ok
     assert rejected >= 10, f"only {rejected} of 12 swapped tokens rejected"
