@@ -200,7 +200,11 @@ class Engine:
             self._attached(drafter)
         chosen = self.mode_drafter(drafting or self.drafting, drafter)
         stats = GenerationStats(prompt_tokens=len(prompt))
-        if chosen is not None and self.draft_length is not None and not self.draft_length.may_pay(max_new_tokens):
+        # No draft is longer than the budget or than drafters make them (lookup's cap is the longest): asking
+        # the cost curve about longer ones would cost a scan per key and length on every request, deciding nothing.
+        reach = max(1, min(max_new_tokens - 1, max(self.lookup.config.max_draft,
+                                                   getattr(getattr(chosen, "config", None), "max_draft", 0))))
+        if chosen is not None and self.draft_length is not None and not self.draft_length.may_pay(reach):
             # Never slower than plain: where no draft can pay, do not draft. One call in EXPLORE_EVERY still
             # drafts (verifying nothing that cannot pay) so that acceptance keeps being measured and drafting
             # comes back when the code makes it pay.

@@ -90,10 +90,10 @@ def _load_llamacpp(spec: str, parsed: ModelSpec, device: str | torch.device, dty
     import torch
     from transformers import AutoTokenizer
 
-    if runtime_name == "ik-llamacpp":
-        from codespec.decode.runtimes.ik_llamacpp import IkLlamaCppRuntime as LlamaCppRuntime
-    else:
-        from codespec.decode.runtimes.llamacpp import LlamaCppRuntime
+    from codespec.decode.runtimes.ik_llamacpp import IkLlamaCppRuntime
+    from codespec.decode.runtimes.llamacpp import LlamaCppRuntime
+
+    runtime_class = IkLlamaCppRuntime if runtime_name == "ik-llamacpp" else LlamaCppRuntime
 
     if resolve_device(device).type != "cpu":
         raise CodespecError("the llamacpp runtime runs on the CPU here: use --runtime torch for a GPU")
@@ -102,12 +102,12 @@ def _load_llamacpp(spec: str, parsed: ModelSpec, device: str | torch.device, dty
                             "weight format")
     if parsed.kind == "bundled":  # requantized (bundled:NAME@FORMAT) where complete, else the bundled GGUF
         runtime, gguf_path = bundled_llamacpp_runtime(parsed.name, parsed.weight_format, threads=threads,
-                                                      progress=progress, runtime_class=LlamaCppRuntime)
+                                                      progress=progress, runtime_class=runtime_class)
         tokenizer_dir, name = gguf_path.parent, parsed.name
     elif parsed.kind == "gguf":
         assert parsed.path is not None
         gguf_path, name = parsed.path, parsed.path.stem
-        runtime = LlamaCppRuntime(gguf_path, threads=threads)  # first: a missing build fails before hashing
+        runtime = runtime_class(gguf_path, threads=threads)  # first: a missing build fails before hashing
         tokenizer_dir = ensure_gguf_tokenizer(parsed.path, progress=progress)
     else:
         raise CodespecError(f"the llamacpp runtime loads GGUF files: {spec!r} is not one (use --runtime torch)")

@@ -192,17 +192,17 @@ def bundled_llamacpp_runtime(name: str, fmt: str | None, *, threads: int | None,
     stderr, the server's log, saying why) when that file is not complete here or llama.cpp cannot load it."""
     from codespec.decode.runtimes.llamacpp import LlamaCppRuntime
 
-    LlamaCppRuntime = runtime_class or LlamaCppRuntime  # noqa: N806 - or the ik_llama.cpp one
+    runtime_class = runtime_class or LlamaCppRuntime  # or the ik_llama.cpp one
     path, why = serving_gguf(name, fmt)
     if path is not None:
         try:
-            return LlamaCppRuntime(path, threads=threads), path
+            return runtime_class(path, threads=threads), path
         except CodespecError as exc:
             why = f"llama.cpp cannot load {path} ({exc})"
     if fmt is not None:
         print(fallback_line(name, fmt, why or "unknown"), file=sys.stderr, flush=True)
     bundled = ensure_bundled_gguf(name, progress=progress)
-    return LlamaCppRuntime(bundled, threads=threads), bundled
+    return runtime_class(bundled, threads=threads), bundled
 
 
 def fallback_line(name: str, fmt: str, why: str) -> str:
