@@ -1,4 +1,4 @@
-"""codespec.decode.engine pointed at llama.cpp's llama-server (built by `make llama-server`, serving the tiny model as a
+"""The codespec.engine setting pointed at llama.cpp's llama-server (built by `make llama-server`, serving the tiny model as a
 GGUF): the suggestions VS Code shows are generated there."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def test_suggestions_come_from_the_engine(open_vscode: OpenVSCode, tap: TapClien
     gguf = write_tiny_gguf(tmp_path / "tiny.gguf", merges=True)
     with LlamaServer(gguf, threads=1, context=2048, extra_args=["--metrics"]) as engine:
         before = predicted_tokens(engine.url)
-        vscode = open_vscode({"geometry.py": PYTHON}, tiny_settings(tap, **{"codespec.decode.engine": engine.url}))
+        vscode = open_vscode({"geometry.py": PYTHON}, tiny_settings(tap, **{"codespec.engine": engine.url}))
         vscode.open_file("geometry.py")
         typed = "    area = math.pi * radius"
         vscode.type(typed)
