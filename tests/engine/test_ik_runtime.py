@@ -91,3 +91,16 @@ def test_auto_picks_ik_for_a_gguf_on_the_cpu(tiny_gguf):
 
     assert resolve_runtime("auto", str(tiny_gguf), "cpu") == "ik-llamacpp"
     assert resolve_runtime("auto", "tiny", "cpu") == "torch"
+
+
+def test_the_cost_curve_key_names_the_kernels_the_library_was_built_for(runtime):
+    # PyPI's wheel (AVX2) and `make venv`'s native build (AVX-512 here) cost differently: a curve measured
+    # with one must not be reused for the other, so the kernels are part of the runtime's settings.
+    import platform
+
+    kernels = ik.kernel_features().split()
+    if platform.machine() in ("x86_64", "AMD64"):
+        assert "AVX2" in kernels, kernels
+    assert all(k.isupper() or "_" in k for k in kernels) and "=" not in " ".join(kernels)
+    assert runtime.describe_settings()["kernels"] == " ".join(kernels)
+    assert runtime.describe()["kernels"] == " ".join(kernels)

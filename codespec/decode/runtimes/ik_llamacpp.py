@@ -42,6 +42,14 @@ def ik_available() -> bool:
     return True
 
 
+def kernel_features() -> str:
+    """The instruction sets the loaded library was built for ("AVX2", or "AVX2 AVX512 AVX512_VNNI ..." for a
+    native build): PyPI's wheel is built for AVX2, `make venv` builds it for this CPU; each has its own costs."""
+    info = _library()._lib.llama_print_system_info().decode()
+    on = [name.strip() for name, _, value in (part.partition("=") for part in info.split("|")) if value.strip() == "1"]
+    return " ".join(name for name in on if name.startswith(("AVX", "FMA", "F16C", "NEON", "SVE", "MATMUL")))
+
+
 def _library() -> Any:
     """ik_llama_cpp's ctypes module, with the functions it does not bind bound here; the backend set up once."""
     global _api, _log_callback
@@ -63,6 +71,7 @@ def _library() -> Any:
             "llama_n_layer": ([ctypes.c_void_p], ctypes.c_int32),
             "llama_model_meta_val_str": ([ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t],
                                          ctypes.c_int32),
+            "llama_print_system_info": ([], ctypes.c_char_p),
         }
         for name, (argtypes, restype) in signatures.items():
             function = getattr(lib, name)
@@ -147,7 +156,8 @@ class IkLlamaCppRuntime(LlamaCppRuntime):
         self._lib.llama_free_model(self._model)
 
     def describe_settings(self) -> dict:
-        return {**super().describe_settings(), "repack": self.repack}  # repacked weights have their own cost curve
+        # Repacked weights and each build's kernels (AVX2 wheel, native AVX-512) have their own cost curve.
+        return {**super().describe_settings(), "repack": self.repack, "kernels": kernel_features()}
 
     def describe(self) -> dict:
-        return {**super().describe(), "repack": self.repack}
+        return {**super().describe(), "repack": self.repack, "kernels": kernel_features()}
