@@ -1,5 +1,5 @@
 """ik_llama.cpp's cost of a forward over k tokens after 256 cached, as the server configures it, for whichever
-libllama IK_LLAMA_CPP_LIB_PATH names (unset: the PyPI wheel's AVX2 build). Fastest of 7 (contention only adds time), one process per build.
+libllama IK_LLAMA_CPP_LIB_PATH names (unset: the installed one). Fastest of 7 (contention only adds time), one process per build.
 Run under the shared lock: experiments/ik-native/run_cost.sh"""
 
 import json
@@ -15,14 +15,10 @@ KS = (1, 2, 4, 8, 16, 64, 256)
 
 
 def main() -> None:
-    import ctypes
-
     runtime = IkLlamaCppRuntime(GGUF, threads=2)
-    lib = os.environ.get("IK_LLAMA_CPP_LIB_PATH") or "wheel"
-    info = ctypes.CDLL(os.environ.get("IK_LLAMA_CPP_LIB_PATH") or str(
-        Path(__import__("ik_llama_cpp").__file__).parent / "lib/libllama.so"))
-    info.llama_print_system_info.restype = ctypes.c_char_p
-    system = info.llama_print_system_info().decode()
+    from codespec.decode.runtimes.ik_llamacpp import kernel_features
+
+    lib = os.environ.get("IK_LLAMA_CPP_LIB_PATH") or "installed"
     filler = [(17 + 31 * i) % 150000 + 1 for i in range(600)]
     runtime.reset()
     runtime.forward(filler[:256], logits=1)
@@ -36,7 +32,7 @@ def main() -> None:
             runtime.truncate(256)
         out[k] = round(min(times) * 1000, 1)
     ratio8 = round(out[8] / out[1], 2)
-    print(json.dumps({"lib": lib, "system": system, "ms": out, "k8_over_k1": ratio8}), flush=True)
+    print(json.dumps({"lib": lib, "kernels": kernel_features(), "ms": out, "k8_over_k1": ratio8}), flush=True)
     runtime.close()
 
 

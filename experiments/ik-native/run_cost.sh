@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The wheel's AVX2 build, the native build, the wheel again, one lock hold (no other measurement between).
+# The installed build (make venv: native) and PyPI's AVX2 wheel's library, alternating, one lock hold:
+#   WHEEL=path/to/wheel/ik_llama_cpp/lib/libllama.so flock /work/bench.lock experiments/ik-native/run_cost.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-NATIVE=${NATIVE:-build/ik-llama/cmake/src/libllama.so}
-for lib in ${ORDER:-wheel "$NATIVE" wheel}; do
-  if [ "$lib" = wheel ]; then .venv/bin/python experiments/ik-native/cost.py
-  else IK_LLAMA_CPP_LIB_PATH=$lib .venv/bin/python experiments/ik-native/cost.py; fi
+for round in 1 2; do
+  .venv/bin/python experiments/ik-native/cost.py
+  IK_LLAMA_CPP_LIB_PATH=$WHEEL .venv/bin/python experiments/ik-native/cost.py
 done

@@ -24,11 +24,11 @@ from codespec.decode.runtimes.llamacpp import (
     MAX_BATCH,
     MEMORY_CONTEXTS,
     LlamaCppRuntime,
+    stderr_log,
 )
 from codespec.errors import CodespecError
 
 INSTALL_HINT = "ik-llama-cpp-python is not installed (pip install 'codespec[local]', or `make venv`)"
-GGML_LOG_LEVEL_ERROR = 3
 _BACKEND = threading.Lock()
 _api: Any = None
 _log_callback = None  # kept referenced: the library calls it from native code
@@ -77,13 +77,7 @@ def _library() -> Any:
             function = getattr(lib, name)
             function.argtypes, function.restype = argtypes, restype
         callback_type = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
-
-        # Only errors reach stderr (the server's log); CODESPEC_LLAMA_LOG shows everything.
-        def log(level: int, text: bytes | None, _user: object) -> None:
-            if text and (level == GGML_LOG_LEVEL_ERROR or os.environ.get("CODESPEC_LLAMA_LOG")):
-                os.write(2, b"ik_llama.cpp: " + text)
-
-        _log_callback = callback_type(log)
+        _log_callback = callback_type(stderr_log(b"ik_llama.cpp: "))
         lib.llama_log_set.argtypes, lib.llama_log_set.restype = [callback_type, ctypes.c_void_p], None
         lib.llama_log_set(_log_callback, None)
         api.llama_backend_init()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +32,23 @@ MEMORY_CONTEXTS = 2
 _BACKEND = threading.Lock()
 _backend_ready = False
 _log_callback = None  # kept referenced: llama.cpp calls it from native code
-GGML_LOG_LEVEL_ERROR = 3  # ggml.h's enum ggml_log_level
+# ggml.h's enum ggml_log_level (mainline's and ik_llama.cpp's alike; llama-cpp-python's comment of it is older).
+GGML_LOG_LEVEL_ERROR, GGML_LOG_LEVEL_CONT = 4, 5
+
+
+def stderr_log(prefix: bytes) -> Callable[[int, bytes | None, object], None]:
+    """A llama.cpp log callback: only errors (and the lines that continue them) reach stderr, which is the
+    server's log; CODESPEC_LLAMA_LOG shows everything (the load chatter and warnings are long)."""
+    last = [0]
+
+    def log(level: int, text: bytes | None, _user: object) -> None:
+        shown = level == GGML_LOG_LEVEL_ERROR or (level == GGML_LOG_LEVEL_CONT and last[0] == GGML_LOG_LEVEL_ERROR)
+        if level != GGML_LOG_LEVEL_CONT:
+            last[0] = level
+        if text and (shown or os.environ.get("CODESPEC_LLAMA_LOG")):
+            os.write(2, prefix + text)
+
+    return log
 
 
 def llamacpp_available() -> bool:
@@ -54,12 +70,7 @@ def _library():
     global _backend_ready, _log_callback
     with _BACKEND:
         if not _backend_ready:
-            # Only errors reach stderr: the server's stderr is its log, and llama.cpp's load chatter is long.
-            def log(level: int, text: bytes | None, _user: object) -> None:
-                if text and (level == GGML_LOG_LEVEL_ERROR or os.environ.get("CODESPEC_LLAMA_LOG")):
-                    os.write(2, b"llama.cpp: " + text)
-
-            _log_callback = llama_cpp.llama_log_callback(log)
+            _log_callback = llama_cpp.llama_log_callback(stderr_log(b"llama.cpp: "))
             llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
             llama_cpp.llama_backend_init()
             _backend_ready = True
