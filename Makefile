@@ -23,20 +23,20 @@ $(VENV)/.installed: pyproject.toml
 # (installed above, the fallback) is built for AVX2 only; on this project's AVX-512 machine the native build
 # is ~15-30 % faster for a step and a prefill chunk (experiments/ik-native). ~8 min on 2 cores, once; the
 # sdist lacks one script its build runs (build-support/). A failed build leaves the wheel, and says so.
-IK_LLAMA_CPP_PYTHON := ik-llama-cpp-python==0.1.5
+# The version pyproject.toml pins.
+IK_VERSION := 0.1.5
 IK_BUILD := build/ik-llama
+IK_SRC := $(IK_BUILD)/src/ik_llama_cpp_python-$(IK_VERSION)
 IK_CMAKE_ARGS := -DGGML_NATIVE=ON -DGGML_IQK_FA_ALL_QUANTS=OFF -DCMAKE_INSTALL_RPATH=\$$ORIGIN \
 	-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON
 $(VENV)/.ik-native: build-support/ik-build-info-gen-cpp.cmake | $(VENV)/.installed
 	rm -rf $(IK_BUILD)/src && mkdir -p $(IK_BUILD)/src
-	$(PIP) download -q --no-deps --no-binary :all: $(IK_LLAMA_CPP_PYTHON) -d $(IK_BUILD)/src
-	tar xzf $(IK_BUILD)/src/*.tar.gz -C $(IK_BUILD)/src
-	mkdir -p $(IK_BUILD)/src/ik_llama_cpp_python-*/vendor/ik_llama.cpp/common/cmake
-	cp build-support/ik-build-info-gen-cpp.cmake \
-		$(IK_BUILD)/src/ik_llama_cpp_python-*/vendor/ik_llama.cpp/common/cmake/build-info-gen-cpp.cmake
+	$(PIP) download -q --no-deps --no-binary :all: ik-llama-cpp-python==$(IK_VERSION) -d $(IK_BUILD)/src
+	tar xzf $(IK_BUILD)/src/ik_llama_cpp_python-$(IK_VERSION).tar.gz -C $(IK_BUILD)/src
+	mkdir -p $(IK_SRC)/vendor/ik_llama.cpp/common/cmake
+	cp build-support/ik-build-info-gen-cpp.cmake $(IK_SRC)/vendor/ik_llama.cpp/common/cmake/build-info-gen-cpp.cmake
 	CMAKE_ARGS="$(IK_CMAKE_ARGS)" $(PIP) install -q --no-deps --force-reinstall -C build-dir=$(abspath $(IK_BUILD))/cmake \
-		$(IK_BUILD)/src/ik_llama_cpp_python-*/ \
-		|| echo "codespec: building ik_llama.cpp for this CPU failed; the prebuilt AVX2 wheel stays (slower)"
+		./$(IK_SRC) || echo "codespec: building ik_llama.cpp for this CPU failed; the prebuilt AVX2 wheel stays (slower)"
 	$(PY) -c "from codespec.decode.runtimes.ik_llamacpp import kernel_features as k; print('ik_llama.cpp kernels:', k())"
 	touch $@
 
