@@ -21,7 +21,7 @@ $(VENV)/.installed: pyproject.toml
 
 # ik_llama.cpp, the default CPU runtime, rebuilt from the ik-llama-cpp-python sdist for this CPU: PyPI's wheel
 # (installed above, the fallback) is built for AVX2 only; on this project's AVX-512 machine the native build
-# is ~15-30 % faster for a step and a prefill chunk (experiments/ik-native). ~8 min on 2 cores, once; the
+# is ~15-30 % faster for a step and a prefill chunk (experiments/ik-native). ~7-8 min on 2 cores, once; the
 # sdist lacks one script its build runs (build-support/). A failed build leaves the wheel, and says so.
 # The version pyproject.toml pins.
 IK_VERSION := 0.1.5

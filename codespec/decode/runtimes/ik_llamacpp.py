@@ -12,6 +12,7 @@ shares its cells there too. The package binds only part of that API; the rest is
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import threading
 from pathlib import Path
@@ -42,6 +43,7 @@ def ik_available() -> bool:
     return True
 
 
+@functools.cache  # one library per process: read once, not on every stats request
 def kernel_features() -> str:
     """The instruction sets the loaded library was built for ("AVX2", or "AVX2 AVX512 AVX512_VNNI ..." for a
     native build): PyPI's wheel is built for AVX2, `make venv` builds it for this CPU; each has its own costs."""

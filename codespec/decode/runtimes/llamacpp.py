@@ -39,12 +39,13 @@ GGML_LOG_LEVEL_ERROR, GGML_LOG_LEVEL_CONT = 4, 5
 def stderr_log(prefix: bytes) -> Callable[[int, bytes | None, object], None]:
     """A llama.cpp log callback: only errors (and the lines that continue them) reach stderr, which is the
     server's log; CODESPEC_LLAMA_LOG shows everything (the load chatter and warnings are long)."""
-    last = [0]
+    last = 0  # the level a continuation line continues
 
     def log(level: int, text: bytes | None, _user: object) -> None:
-        shown = level == GGML_LOG_LEVEL_ERROR or (level == GGML_LOG_LEVEL_CONT and last[0] == GGML_LOG_LEVEL_ERROR)
+        nonlocal last
+        shown = level == GGML_LOG_LEVEL_ERROR or (level == GGML_LOG_LEVEL_CONT and last == GGML_LOG_LEVEL_ERROR)
         if level != GGML_LOG_LEVEL_CONT:
-            last[0] = level
+            last = level
         if text and (shown or os.environ.get("CODESPEC_LLAMA_LOG")):
             os.write(2, prefix + text)
 
