@@ -23,6 +23,7 @@ import dataclasses
 import itertools
 import logging
 import re
+import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -119,6 +120,7 @@ class Generation:
     # Target forwards whose tokens reached the worker after the cancel token was set, counted by
     # the server independently of the engine's own count (the engine promises at most one).
     forwards_after_cancel: int = 0
+    created_s: float = field(default_factory=time.perf_counter)
 
     # ----- what the generation offers --------------------------------------------------------------
 
@@ -419,6 +421,7 @@ class CompletionManager:
             return
         result = None
         generation.record.phase = "prefill"
+        generation.record.queued_ms = (time.perf_counter() - generation.created_s) * 1000
         try:
             if not options.cache:
                 engine.reset_cache()  # cold baseline: no KV prefix reuse either
@@ -495,6 +498,9 @@ class CompletionManager:
             record.by_source = {source: [int(forwards.get(source, 0)), int(drafted.get(source, 0)),
                                          int(accepted.get(source, 0))] for source in {*forwards, *drafted}}
             record.new_tokens = len(getattr(result, "token_ids", []) or [])
+            record.prefill_ms = float(data.get("prefill_s", 0.0)) * 1000
+            record.decode_ms = float(data.get("decode_s", 0.0)) * 1000
+            record.draft_ms = float(data.get("draft_s", 0.0)) * 1000
             if generation.token.cancelled:
                 record.engine_forwards_after_cancel = int(data.get("forwards_after_cancel", 0))
         if generation.token.cancelled:

@@ -106,6 +106,12 @@ class GenerationRecord:
     drafting_off: bool = False  # no draft could pay on this machine's cost curve: decoded plain
     error: str | None = None
     phase: str = "queued"  # queued -> prefill (the worker took it up) -> decode (first text) -> done
+    # Where its time went (ms): waiting for the worker, prefill, decode (of which drafting's own work).
+    # The worker is busy for prefill + decode: what a request behind this one waits for.
+    queued_ms: float | None = None
+    prefill_ms: float | None = None
+    decode_ms: float | None = None
+    draft_ms: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -123,7 +129,15 @@ class GenerationRecord:
             "draftingOff": self.drafting_off,
             "error": self.error,
             "phase": self.phase,
+            "queuedMs": _ms(self.queued_ms),
+            "prefillMs": _ms(self.prefill_ms),
+            "decodeMs": _ms(self.decode_ms),
+            "draftMs": _ms(self.draft_ms),
         }
+
+
+def _ms(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
 
 
 LATENCY_WINDOW = 4096  # percentiles are over the most recent answered requests
@@ -144,6 +158,8 @@ class GenerationTotals:
     by_source: dict[str, list[int]] = field(default_factory=dict)  # source -> [forwards, drafted, accepted]
     drafting_off: int = 0
     max_forwards_after_cancel: int | None = None
+    busy_ms: float = 0.0  # prefill + decode: the worker's time on generations
+    draft_ms: float = 0.0
 
     def add(self, g: GenerationRecord) -> None:
         self.finished += 1
@@ -155,6 +171,8 @@ class GenerationTotals:
         self.drafted += g.drafted
         self.accepted += g.accepted
         self.drafting_off += g.drafting_off
+        self.busy_ms += (g.prefill_ms or 0.0) + (g.decode_ms or 0.0)
+        self.draft_ms += g.draft_ms or 0.0
         for source, counts in g.by_source.items():
             total = self.by_source.setdefault(source, [0, 0, 0])
             for i, n in enumerate(counts):
@@ -263,9 +281,13 @@ class ServerStats:
         """The request's numbers are final: count its prefill, append it to the request log."""
         if record.prefill_tokens is not None and record.category:
             self.prefill_by_category[record.category].append(record.prefill_tokens)
+        self._log(record.to_dict())
+
+    def _log(self, entry: dict[str, Any]) -> None:
+        """One line of the request log: a request's record, or {"generation": ...} for a finished generation."""
         if self.request_log is not None:
             try:
-                self.request_log.write(json.dumps(record.to_dict(), separators=(",", ":")) + "\n")
+                self.request_log.write(json.dumps(entry, separators=(",", ":")) + "\n")
                 self.request_log.flush()
             except (OSError, ValueError) as exc:
                 logger.warning("request log: %s; no longer written", exc)
@@ -285,6 +307,7 @@ class ServerStats:
         """Its fields are final now: add them to the totals (once)."""
         self.totals.add(record)
         record.phase = "done"
+        self._log({"generation": record.to_dict()})
         self._live.pop(record.id, None)
         self._remember(record)
         for request in self._held.pop(record.id, []):
@@ -351,6 +374,8 @@ class ServerStats:
                                       "drafted": d, "accepted": a}
                              for source, (f, d, a) in sorted(t.by_source.items())},
                 "draftingOff": t.drafting_off,
+                "busyMs": round(t.busy_ms, 1),  # the worker's time on generations (prefill + decode)
+                "draftMs": round(t.draft_ms, 1),  # of it, drafting's own work
                 "maxForwardsAfterCancel": t.max_forwards_after_cancel,
                 "recent": [g.to_dict() for g in generations],
             },

@@ -338,6 +338,29 @@ def markdown(report: dict[str, Any], meta: dict[str, Any]) -> str:
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += [
         "",
+        "The server's worker, per generation (its request log; a server shared by two variants counts both): "
+        "busy = prefill + decode, the time a request behind it waits; drafting = the drafters' own work "
+        "within decode; drafting off = generations where no draft could pay on the cost curve.",
+        "",
+        "| variant | generations (cancelled) | busy s | queued p50 / p90 ms | prefill p50 / p90 ms "
+        "| decode p50 / p90 ms | tokens (per forward) | decode ms / token | drafting s | drafting off |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, s in report["variants"].items():
+        w = s.get("worker") or {}
+        if not w.get("generations"):
+            continue
+        tpf, mpt = w["tokens_per_forward"], w["decode_ms_per_token"]
+        lines.append(
+            f"| {name} | {w['generations']} ({w['cancelled']}) | {w['busy_s']:.1f} "
+            f"| {ms(w['queued_ms']['p50'])} / {ms(w['queued_ms']['p90'])} "
+            f"| {ms(w['prefill_ms']['p50'])} / {ms(w['prefill_ms']['p90'])} "
+            f"| {ms(w['decode_ms']['p50'])} / {ms(w['decode_ms']['p90'])} "
+            f"| {w['new_tokens']} ({'-' if tpf is None else f'{tpf:.2f}'}) | {'-' if mpt is None else f'{mpt:.1f}'} "
+            f"| {w['draft_s']:.2f} | {w['drafting_off']} |"
+        )
+    lines += [
+        "",
         "Every request: latency is send-to-response of answered requests (items or null); cancelled "
         "requests were superseded by a newer keystroke before an answer.",
         "",

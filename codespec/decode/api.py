@@ -60,6 +60,8 @@ class GenerationStats:
     forwards_by: dict[str, int] = field(default_factory=dict)  # decode forwards that verified a draft of the source
     new_tokens: int = 0
     decode_s: float = 0.0
+    # Of decode_s: the drafters' and the draft length's own work (begin, propose, bookkeeping), no forwards.
+    draft_s: float = 0.0
     forwards_after_cancel: int = 0
     drafting_off: bool = False  # no draft could pay on this runtime's cost curve: decoded plain, nothing drafted
 

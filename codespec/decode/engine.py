@@ -227,15 +227,16 @@ class Engine:
     def _decode(self, prompt, max_new_tokens, sampler, drafter, stats, cancel, stop, extra_streams,
                 max_time_s, started, features) -> Iterator[StepEvent]:
         finish = None if self._prefill(prompt, stats, cancel, features) else "cancelled"
+        decode_started = time.perf_counter()
         if drafter is not None and finish is None:
             drafter.begin(prompt, extra_streams)
             if self.draft_length is not None:
                 self.draft_length.begin()
+            stats.draft_s += time.perf_counter() - decode_started
         ids = list(prompt)
         generated: list[int] = []
         stop_token = None
         text = ""
-        decode_started = time.perf_counter()
         while finish is None:
             if len(generated) >= max_new_tokens:
                 finish = "max_tokens"
@@ -299,6 +300,7 @@ class Engine:
               stats: GenerationStats) -> list[int]:
         """One speculative step: draft, verify in one forward, accept, roll back the rest.
         Invariant: the target cache holds ids[:-1]; ids[-1] is fed with the drafts."""
+        t0 = time.perf_counter()
         # The target's own token always comes on top of the drafts, so never draft the last budget slot.
         draft = drafter.propose(ids, budget - 1, sampler) if drafter is not None else None
         drafts = draft.tokens[: budget - 1] if draft else []
@@ -309,6 +311,7 @@ class Engine:
             if keep == 0:
                 self.draft_length.skipped(len(ids), drafts, key)
             drafts = drafts[:keep]
+        t1 = time.perf_counter()
         logits = self.runtime.forward([ids[-1], *drafts], logits=len(drafts) + 1)
         stats.target_forwards += 1
         if sampler.greedy:
@@ -328,8 +331,10 @@ class Engine:
             drafter.feedback(len(drafts), accepted)
         new_tokens = [*drafts[:accepted], next_token]
         ids.extend(new_tokens)
-        if self.draft_length is not None:
+        t2 = time.perf_counter()
+        if self.draft_length is not None and drafter is not None:
             self.draft_length.observe(ids)
+        stats.draft_s += (t1 - t0) + (time.perf_counter() - t2) if drafter is not None else 0.0
         return new_tokens
 
     def calibrate(self, model_key: str, curves: Path, *, drafts: bool = True) -> CostAwareLength | None:

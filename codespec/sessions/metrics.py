@@ -238,6 +238,33 @@ def prefill_by_category(records: Sequence[ReplayedRequest]) -> dict[str, dict[st
     return out
 
 
+def worker_summary(generations: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Where the server's worker spent its time (the generation records of its request log): generations,
+    busy seconds (prefill + decode), p50 / p90 of each per generation, tokens per target forward, drafting's
+    own work. A request that arrives while the worker is busy waits for it: busy time is what speculation
+    must not add to."""
+    done = [g for g in generations if isinstance(g.get("decodeMs"), int | float)]
+    prefill = [float(g.get("prefillMs") or 0.0) for g in done]
+    decode = [float(g["decodeMs"]) for g in done]
+    queued = [float(g["queuedMs"]) for g in done if isinstance(g.get("queuedMs"), int | float)]
+    tokens = sum(int(g.get("newTokens") or 0) for g in done)
+    forwards = sum(int(g.get("targetForwards") or 0) for g in done)
+    return {
+        "generations": len(done),
+        "cancelled": sum(g.get("finishReason") == "cancelled" for g in done),
+        "busy_s": round((sum(prefill) + sum(decode)) / 1000, 3),
+        "queued_ms": {"p50": percentile(queued, 50), "p90": percentile(queued, 90)},
+        "prefill_ms": {"p50": percentile(prefill, 50), "p90": percentile(prefill, 90)},
+        "decode_ms": {"p50": percentile(decode, 50), "p90": percentile(decode, 90)},
+        "new_tokens": tokens,
+        "target_forwards": forwards,
+        "tokens_per_forward": tokens / forwards if forwards else None,
+        "decode_ms_per_token": sum(decode) / tokens if tokens else None,
+        "draft_s": round(sum(float(g.get("draftMs") or 0.0) for g in done) / 1000, 3),
+        "drafting_off": sum(bool(g.get("draftingOff")) for g in done),
+    }
+
+
 def summarize(result: ReplayResult, label: str | None = None, pause_ms: float = PAUSE_MS) -> dict[str, Any]:
     """The report: the pause figures first, then counts per outcome, latency percentiles of answered
     requests, acceptance (of the plays with `label` only, when given)."""
@@ -287,6 +314,7 @@ def summarize(result: ReplayResult, label: str | None = None, pause_ms: float = 
         "chars_saved_per_keystroke": pauses["chars_saved_per_keystroke"],
         "tab_presses": pauses["tab_presses"],
         "prefill_tokens": prefill_by_category(records),
+        "worker": worker_summary(result.generations),
         "documents_checked": len(checked),
         "documents_mismatched": sum(d.ok is False for d in checked),
         "other_requests": result.other_requests,

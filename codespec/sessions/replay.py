@@ -328,6 +328,8 @@ class ReplayResult:
     other_errors: int = 0
     server_stats: Any = None
     session_stats: list[Any] = field(default_factory=list)  # codespec/stats after each play
+    # The server's record of each finished generation (its request log), all plays of this server together.
+    generations: list[dict[str, Any]] = field(default_factory=list)
     sessions: list[str] = field(default_factory=list)
     wall_s: float = 0.0
     max_send_lag_ms: float = 0.0
@@ -534,8 +536,10 @@ class Replayer:
         return response.get("result")
 
 
-def attach_server_records(records: Sequence[ReplayedRequest], path: str) -> int:
-    """Give each request the server's record of it (same JSON-RPC id) from a request log; returns how many."""
+def attach_server_records(records: Sequence[ReplayedRequest], path: str,
+                          generations: list[dict[str, Any]] | None = None) -> int:
+    """Give each request the server's record of it (same JSON-RPC id) from a request log; returns how many.
+    The log's generation records are appended to `generations` when given."""
     by_id: dict[Any, dict[str, Any]] = {}
     try:
         with open(path, encoding="utf-8") as log:
@@ -544,6 +548,9 @@ def attach_server_records(records: Sequence[ReplayedRequest], path: str) -> int:
                     entry = json.loads(line)
                     if isinstance(entry, dict) and "id" in entry:
                         by_id[entry["id"]] = entry
+                    elif isinstance(entry, dict) and isinstance(entry.get("generation"), dict):
+                        if generations is not None:
+                            generations.append(entry["generation"])
     except OSError:
         return 0
     found = 0
@@ -684,7 +691,7 @@ class ReplayServer:
             await self.conn.shutdown()
             self.conn = None
         if self.request_log is not None:
-            attach_server_records(self.result.records, self.request_log)
+            attach_server_records(self.result.records, self.request_log, self.result.generations)
             with contextlib.suppress(OSError):
                 os.unlink(self.request_log)
             self.request_log = None

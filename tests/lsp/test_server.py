@@ -218,6 +218,11 @@ async def test_second_keystroke_prefills_far_fewer_tokens(client):
     assert one["source"] == two["source"] == "model"
     assert one["prefillTokens"] > 200
     assert two["reusedTokens"] > 0 and two["prefillTokens"] * 10 < one["prefillTokens"]
+    # each generation says where the worker's time went; the totals add them up
+    gens = {g["id"]: g for g in report["generations"]["recent"]}
+    first_gen = gens[one["generation"]]
+    assert first_gen["prefillMs"] > 0 and first_gen["decodeMs"] >= 0 and first_gen["queuedMs"] >= 0
+    assert report["generations"]["busyMs"] >= round(first_gen["prefillMs"] + first_gen["decodeMs"], 1) - 0.1
 
 
 async def test_utf16_positions_with_emoji(client):

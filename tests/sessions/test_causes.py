@@ -42,6 +42,7 @@ def test_categories_causes_prefill_and_log(tmp_path, monkeypatch):
     stats.finish_request(second, SUPERSEDED, 5.0)
     assert second.cause == PENDING_PREFILL and second.prefill_tokens is None  # held until the generation ends
     gen.prefill_tokens, gen.reused_tokens = 120, 30
+    gen.queued_ms, gen.prefill_ms, gen.decode_ms, gen.draft_ms = 4.0, 250.0, 80.5, 2.25
     stats.finish_generation(gen)
     assert second.prefill_tokens == 120 and second.reused_tokens == 30
     third = requests[2]
@@ -52,7 +53,13 @@ def test_categories_causes_prefill_and_log(tmp_path, monkeypatch):
     assert report["causes"] == {"pending-queued": 1, PENDING_PREFILL: 1}
     assert report["prefillByCategory"][OPEN] == {"count": 1, "p50": 120, "p90": 120, "max": 120}
     assert report["prefillByCategory"][JUMP]["count"] == 1
-    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert report["generations"]["busyMs"] == 330.5 and report["generations"]["draftMs"] == 2.2
+    entries = [json.loads(line) for line in log.read_text().splitlines()]
+    # the generation's line comes when it finishes, before the requests it held
+    generations = [e["generation"] for e in entries if "generation" in e and "id" not in e]
+    assert [(g["id"], g["queuedMs"], g["prefillMs"], g["decodeMs"], g["draftMs"]) for g in generations] == [
+        (7, 4.0, 250.0, 80.5, 2.25)]
+    lines = [e for e in entries if "id" in e]
     assert [line["id"] for line in lines] == [1, 2, 3]
     assert lines[1]["cause"] == PENDING_PREFILL and lines[1]["prefillTokens"] == 120
     stats.close()
