@@ -40,6 +40,7 @@ CORPUS = Path(__file__).resolve().parents[2] / "tests" / "sessions" / "data"
 SECTION = "### The replay's report (`codespec bench replay`)"  # the heading inside the marked block
 MARKER = "bench-replay"  # --markdown rewrites only between <!-- MARKER:start/end --> in the file
 BASELINE = "plain"  # the variant every ratio divides by
+CONTROL = "plain control"  # a second plain server (--control): plain against itself, the noise floor
 ANCHOR = "llama-vim"  # llama-server /infill as llama.vim drives it: codespec's pause figures over its
 # (figure, how it is read) of the pause summary that get a ratio to the baseline
 PAUSE_FIGURES = (
@@ -112,6 +113,9 @@ def register_bench(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--also-layout", choices=PROMPT_LAYOUTS,
                         help="one more column: the speculative server with this prompt layout (same run, interleaved)")
     parser.add_argument("--no-plain", action="store_true", help="skip the plain-decoding server")
+    parser.add_argument("--control", action="store_true",
+                        help=f"one more column, '{CONTROL}': a second plain server, interleaved like the others; "
+                        "its ratios to plain are the run's own noise floor for every other ratio")
     parser.add_argument(
         "--no-cold", action="store_true", help="skip the speculative server with its latency features off"
     )
@@ -223,11 +227,29 @@ def bench_replay(sessions: Sequence[Session], speculative_server: list[str], pla
 
 def bench_report(variants: Sequence[Variant], pause_ms: float = PAUSE_MS) -> dict[str, Any]:
     summaries = {v.name: summarize(v.result, v.name, pause_ms) for v in variants}
+    base = next((v for v in variants if v.name == BASELINE), None)
+    if base is not None:
+        for v in variants:
+            if v.name not in (BASELINE, ANCHOR):
+                summaries[v.name]["differs_from_plain"] = differing_suggestions(
+                    [r for r in base.result.records if r.label == BASELINE],
+                    [r for r in v.result.records if r.label == v.name])
     return {
         "variants": summaries,
         "ratios": ratios(summaries),
         "results": {v.name: v.result for v in variants},
     }
+
+
+def differing_suggestions(plain: Sequence[Any], other: Sequence[Any]) -> dict[str, int]:
+    """Of the requests both variants answered with a shown suggestion (the same keystroke of the same play
+    order: session, time, document), how many suggestions differ. Greedy decoding is the same function in both,
+    so a difference is a near-tie decided by rounding: a batched forward (a verified draft, a prefill chunk of
+    another size) or a KV cache computed along another history rounds differently; the control column shows
+    how much of it plain has against itself."""
+    shown = {(r.session, r.t, r.uri): r.shown for r in plain if r.shown}
+    both = [(shown[(r.session, r.t, r.uri)], r.shown) for r in other if r.shown and (r.session, r.t, r.uri) in shown]
+    return {"both": len(both), "differ": sum(a != b for a, b in both)}
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -376,6 +398,11 @@ def markdown(report: dict[str, Any], meta: dict[str, Any]) -> str:
             f"| {' / '.join(ms(items[q]) for q in ('p50', 'p90', 'p99'))} | {s['shown']} "
             f"| {pct(s['accepted_rate'])} |"
         )
+    differ = {name: s["differs_from_plain"] for name, s in report["variants"].items() if s.get("differs_from_plain")}
+    if differ:
+        lines += ["", "Suggestions shown by plain and this variant for the same keystroke, and how many differ "
+                  "(greedy in both: near-ties decided by rounding, see `differing_suggestions`): " + ", ".join(
+                      f"{name} {d['differ']} of {d['both']}" for name, d in differ.items()) + "."]
     lines += ["", ratio_table(report["ratios"])]
     checks = [
         f"{name}: {s['answered_after_cancel']} answers after cancellation, {s['documents_mismatched']} of "
@@ -469,6 +496,8 @@ def run_bench(args: argparse.Namespace) -> int:
     llama_vim = llama_vim_server(args) if args.llama_vim else None
     started = time.perf_counter()
     others = []
+    if args.control and plain_server is not None:
+        others.append((CONTROL, list(plain_server)))
     if args.also_layout:
         others.append((f"speculative {args.also_layout}",
                        server_command(argparse.Namespace(**{**vars(args), "prompt_layout": args.also_layout}),

@@ -3,6 +3,8 @@ a short run through two fake servers, and bad input that must leave no output be
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from codespec.benchmarks.replay import BASELINE, Variant, bench_replay_async, bench_report, run_interleaved
@@ -198,3 +200,31 @@ def test_markdown_without_markers_appends_the_section_and_keeps_the_file(monkeyp
     text = markdown.read_text(encoding="utf-8")
     assert text.startswith((DOC_ABOVE + DOC_BELOW.lstrip("\n")).rstrip() + "\n\n<!-- bench-replay:start -->\n")
     assert text.rstrip().endswith("<!-- bench-replay:end -->")
+
+
+def test_control_column_is_plain_against_itself(monkeypatch, tmp_path, corpus_paths):
+    """--control: a second plain server in the same interleaved run; its suggestions never differ from plain's
+    here (one fake model), the speculative fake's always do, and both get ratios to plain."""
+    import codespec.benchmarks.replay as replay
+
+    real = replay.bench_replay
+    seen: list[str] = []
+
+    def fake_bench_replay(sessions, speculative_server, plain_server, **kwargs):
+        seen.extend(name for name, _ in kwargs["others"])
+        kwargs["others"] = [(name, fake_server("--delay", "0.005", "--suggestion", "plain"))
+                            for name, _ in kwargs["others"]]
+        return real([truncated(s, 6) for s in sessions], fake_server("--delay", "0.005", "--suggestion", "spec"),
+                    fake_server("--delay", "0.005", "--suggestion", "plain"), **kwargs)
+
+    monkeypatch.setattr(replay, "bench_replay", fake_bench_replay)
+    out = tmp_path / "out"
+    code = main(["bench", "replay", str(corpus_paths[0]), "--count", "1", "--speed", "max", "--no-cold",
+                 "--control", "--out", str(out)])  # fmt: skip
+    assert code == 0 and seen == [replay.CONTROL]
+    data = json.loads((out / "bench-replay.json").read_text())
+    control, spec = data["variants"][replay.CONTROL], data["variants"]["speculative"]
+    assert control["differs_from_plain"]["both"] > 0 and control["differs_from_plain"]["differ"] == 0
+    assert spec["differs_from_plain"]["differ"] == spec["differs_from_plain"]["both"] > 0
+    assert "differs_from_plain" not in data["variants"]["plain"]
+    assert f"{replay.CONTROL}/plain coverage" in data["ratios"]
