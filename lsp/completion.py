@@ -501,6 +501,7 @@ class CompletionManager:
             record.prefill_ms = float(data.get("prefill_s", 0.0)) * 1000
             record.decode_ms = float(data.get("decode_s", 0.0)) * 1000
             record.draft_ms = float(data.get("draft_s", 0.0)) * 1000
+            record.interrupted = int(data.get("interrupted", 0))
             if generation.token.cancelled:
                 record.engine_forwards_after_cancel = int(data.get("forwards_after_cancel", 0))
         if generation.token.cancelled:

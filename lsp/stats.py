@@ -112,6 +112,7 @@ class GenerationRecord:
     prefill_ms: float | None = None
     decode_ms: float | None = None
     draft_ms: float | None = None
+    interrupted: int = 0  # forwards the cancel stopped part-way (the worker freed at once)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -133,6 +134,7 @@ class GenerationRecord:
             "prefillMs": _ms(self.prefill_ms),
             "decodeMs": _ms(self.decode_ms),
             "draftMs": _ms(self.draft_ms),
+            "interrupted": self.interrupted,
         }
 
 

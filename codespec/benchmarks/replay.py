@@ -364,7 +364,7 @@ def markdown(report: dict[str, Any], meta: dict[str, Any]) -> str:
         "busy = prefill + decode, the time a request behind it waits; drafting = the drafters' own work "
         "within decode; drafting off = generations where no draft could pay on the cost curve.",
         "",
-        "| variant | generations (cancelled) | busy s | queued p50 / p90 ms | prefill p50 / p90 ms "
+        "| variant | generations (cancelled; forwards interrupted) | busy s | queued p50 / p90 ms | prefill p50 / p90 ms "
         "| decode p50 / p90 ms | tokens (per forward) | decode ms / token | drafting s | drafting off |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
@@ -374,7 +374,7 @@ def markdown(report: dict[str, Any], meta: dict[str, Any]) -> str:
             continue
         tpf, mpt = w["tokens_per_forward"], w["decode_ms_per_token"]
         lines.append(
-            f"| {name} | {w['generations']} ({w['cancelled']}) | {w['busy_s']:.1f} "
+            f"| {name} | {w['generations']} ({w['cancelled']}; {w.get('interrupted', 0)}) | {w['busy_s']:.1f} "
             f"| {ms(w['queued_ms']['p50'])} / {ms(w['queued_ms']['p90'])} "
             f"| {ms(w['prefill_ms']['p50'])} / {ms(w['prefill_ms']['p90'])} "
             f"| {ms(w['decode_ms']['p50'])} / {ms(w['decode_ms']['p90'])} "

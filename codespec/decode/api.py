@@ -6,6 +6,7 @@ without torch or transformers, so the thin client (`codespec serve --engine URL`
 
 from __future__ import annotations
 
+import ctypes
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -30,15 +31,19 @@ def stream_source(stream: Sequence[int]) -> str:
 
 
 class CancelToken:
-    """Set from any thread; the decode loop checks it before every target forward."""
+    """Set from any thread; the decode loop checks it before every target forward, and a runtime that can stop
+    a forward part-way (llama.cpp's between two graph nodes) reads `flag` while it computes."""
 
     def __init__(self) -> None:
         self._event = threading.Event()
         self.cancelled_at: float | None = None
+        # A C string, empty until cancelled: native code reads it with strlen (codespec.decode.runtimes.llamacpp).
+        self.flag = ctypes.create_string_buffer(2)
 
     def cancel(self) -> None:
         if not self._event.is_set():
             self.cancelled_at = time.perf_counter()
+            self.flag[0] = b"\x01"
             self._event.set()
 
     @property
@@ -63,6 +68,7 @@ class GenerationStats:
     # Of decode_s: the drafters' and the draft length's own work (begin, propose, bookkeeping), no forwards.
     draft_s: float = 0.0
     forwards_after_cancel: int = 0
+    interrupted: int = 0  # forwards stopped part-way by the cancel (their work dropped, the cache as before)
     drafting_off: bool = False  # no draft could pay on this runtime's cost curve: decoded plain, nothing drafted
 
     @property

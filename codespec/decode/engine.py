@@ -33,7 +33,7 @@ from codespec.decode.drafters import (
     ModelDrafter,
 )
 from codespec.decode.eagle import EagleDrafter, EagleHead
-from codespec.decode.runtimes import Runtime, cached_cost_curve
+from codespec.decode.runtimes import ForwardInterrupted, Runtime, cached_cost_curve
 from codespec.decode.runtimes.torch_runtime import TorchRuntime
 from codespec.decode.sampling import Sampler
 from codespec.errors import CodespecError
@@ -130,6 +130,7 @@ class Engine:
         step = chunk or self.prefill_chunk
         done = 0
         with torch.inference_mode():
+            self.runtime.interrupt_with(cancel)
             try:
                 keep = self.runtime.sync(prompt, place=False)
                 for start in range(keep, len(prompt), step):
@@ -137,9 +138,13 @@ class Engine:
                         break
                     self.runtime.forward(prompt[start : start + step], logits=1)
                     done += min(step, len(prompt) - start)
+            except ForwardInterrupted:
+                pass  # the chunk in flight was dropped, those before it stay cached
             except BaseException:
                 self.reset_cache()  # a forward that died may have left the cache half-written
                 raise
+            finally:
+                self.runtime.interrupt_with(None)
         return done
 
     def prefill_tokens_per_s(self) -> float | None:
@@ -212,6 +217,7 @@ class Engine:
             if self._gated_calls % EXPLORE_EVERY:
                 chosen, stats.drafting_off = None, True
         started = time.perf_counter()
+        self.runtime.interrupt_with(cancel)
         try:
             yield from self._decode(prompt, max_new_tokens, sampler, chosen, stats, cancel, stop,
                                     extra_streams, max_time_s, started, self.collects_features(drafter))
@@ -222,6 +228,8 @@ class Engine:
             if drafter is not None:
                 drafter.reset()
             raise
+        finally:
+            self.runtime.interrupt_with(None)
 
     @torch.inference_mode()
     def _decode(self, prompt, max_new_tokens, sampler, drafter, stats, cancel, stop, extra_streams,
@@ -246,7 +254,12 @@ class Engine:
                 finish = "time"
             if finish:
                 break
-            new_tokens = self._step(ids, max_new_tokens - len(generated), sampler, drafter, stats)
+            try:
+                new_tokens = self._step(ids, max_new_tokens - len(generated), sampler, drafter, stats)
+            except ForwardInterrupted:  # the runtime dropped the step: the cache holds ids[:-1], as before it
+                stats.interrupted += 1
+                finish = "cancelled"
+                break
             _count_if_cancelled(cancel, stats)
             if self.step_delay_s:
                 time.sleep(self.step_delay_s)
@@ -291,7 +304,13 @@ class Engine:
                 complete = False
                 stats.prefill_tokens = start - keep
                 break
-            self.runtime.forward(prompt[start : min(start + self.prefill_chunk, len(prompt) - 1)], logits=1)
+            try:
+                self.runtime.forward(prompt[start : min(start + self.prefill_chunk, len(prompt) - 1)], logits=1)
+            except ForwardInterrupted:  # this chunk was dropped; those before it stay cached
+                stats.interrupted += 1
+                complete = False
+                stats.prefill_tokens = start - keep
+                break
             _count_if_cancelled(cancel, stats)
         stats.prefill_s = time.perf_counter() - t0
         return complete
@@ -342,6 +361,7 @@ class Engine:
         (`cached_cost_curve`, keyed by `model_key` and the runtime's settings): it sizes the prompt (prefill
         speed) and, with `drafts`, makes the loop verify drafts only where they pay."""
         self.reset_cache()
+        self.runtime.interrupt_with(None)  # measuring forwards belong to no request
         curve = cached_cost_curve(self.runtime, model_key, curves)
         self.draft_length = CostAwareLength(curve.cost) if drafts else None
         return self.draft_length

@@ -252,6 +252,7 @@ def worker_summary(generations: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return {
         "generations": len(done),
         "cancelled": sum(g.get("finishReason") == "cancelled" for g in done),
+        "interrupted": sum(int(g.get("interrupted") or 0) for g in done),  # forwards stopped part-way
         "busy_s": round((sum(prefill) + sum(decode)) / 1000, 3),
         "queued_ms": {"p50": percentile(queued, 50), "p90": percentile(queued, 90)},
         "prefill_ms": {"p50": percentile(prefill, 50), "p90": percentile(prefill, 90)},

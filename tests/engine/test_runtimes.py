@@ -235,8 +235,9 @@ def test_cancel_between_prefill_chunks_keeps_the_llamacpp_cache_consistent(runti
     forward = runtime.forward
 
     def cancel_after_the_first_chunk(tokens, logits):
-        token.cancel()
-        return forward(tokens, logits)
+        out = forward(tokens, logits)
+        token.cancel()  # after the chunk's forward: the loop sees it before the next one
+        return out
 
     runtime.forward = cancel_after_the_first_chunk
     prompt = list(range(5, 105))

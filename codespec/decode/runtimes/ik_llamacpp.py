@@ -25,6 +25,7 @@ from codespec.decode.runtimes.llamacpp import (
     MAX_BATCH,
     MEMORY_CONTEXTS,
     LlamaCppRuntime,
+    abort_setter,
     stderr_log,
 )
 from codespec.errors import CodespecError
@@ -136,6 +137,8 @@ class IkLlamaCppRuntime(LlamaCppRuntime):
         self._kv_bytes = 4 * lib.llama_n_layer(self._model) * (embd // max(heads, 1)) * kv_heads
         self._batch = api.llama_batch_init(MAX_BATCH, 0, 1)
         self.path = path
+        self._set_abort = abort_setter(lib)
+        self.interrupt_with(None)
 
     def _meta(self, key: str) -> str:
         buffer = ctypes.create_string_buffer(128)

@@ -10,6 +10,7 @@ position gap) are refused here with a Python error before they reach it."""
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -18,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from codespec.decode.runtimes import Runtime, distinct_tokens
+from codespec.decode.runtimes import ForwardInterrupted, Runtime, distinct_tokens
 from codespec.errors import CodespecError
 
 BUILD_HINT = ("llama-cpp-python is not installed (it builds from source: `make venv`, or "
@@ -36,20 +37,49 @@ _log_callback = None  # kept referenced: llama.cpp calls it from native code
 GGML_LOG_LEVEL_ERROR, GGML_LOG_LEVEL_CONT = 4, 5
 
 
+# The cancel token of the forward this thread is in (the log callback runs in it, inside llama_decode).
+_in_forward = threading.local()
+
+
 def stderr_log(prefix: bytes) -> Callable[[int, bytes | None, object], None]:
     """A llama.cpp log callback: only errors (and the lines that continue them) reach stderr, which is the
-    server's log; CODESPEC_LLAMA_LOG shows everything (the load chatter and warnings are long)."""
+    server's log; CODESPEC_LLAMA_LOG shows everything (the load chatter and warnings are long). The errors a
+    forward stopped by its cancel logs ("failed to compute graph") are that stop, not a fault: not shown."""
     last = 0  # the level a continuation line continues
 
     def log(level: int, text: bytes | None, _user: object) -> None:
         nonlocal last
         shown = level == GGML_LOG_LEVEL_ERROR or (level == GGML_LOG_LEVEL_CONT and last == GGML_LOG_LEVEL_ERROR)
+        cancel = getattr(_in_forward, "cancel", None)
+        shown = shown and not (cancel is not None and cancel.cancelled)
         if level != GGML_LOG_LEVEL_CONT:
             last = level
         if text and (shown or os.environ.get("CODESPEC_LLAMA_LOG")):
             os.write(2, prefix + text)
 
     return log
+
+
+# How a forward is stopped part-way (Runtime.interrupt_with): llama.cpp's first compute thread calls an abort
+# callback between two graph nodes and ends the forward when it returns true. The callback must not be Python:
+# a ctypes callback would take the GIL at every node (~600 a forward), from a native thread, while the event
+# loop holds it. libc's strlen does the job without Python: its argument is the CancelToken's flag, a C string
+# that is empty (0: go on) until the token is cancelled (1: stop); the 0 or 1 it returns in the return register
+# reads as the C bool the callback type asks for.
+_NEVER = ctypes.create_string_buffer(2)  # the flag of "no cancel": stays empty
+
+
+@functools.cache
+def _strlen() -> int:
+    return ctypes.cast(ctypes.CDLL(None).strlen, ctypes.c_void_p).value or 0
+
+
+def abort_setter(library: ctypes.CDLL) -> Callable[[int, int, int], None]:
+    """The library's llama_set_abort_callback(ctx, callback, data), bound with plain pointers (item access makes
+    a function object of our own: the package's binding keeps its argument types)."""
+    function = library["llama_set_abort_callback"]
+    function.argtypes, function.restype = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p], None
+    return function
 
 
 def llamacpp_available() -> bool:
@@ -120,6 +150,13 @@ class LlamaCppRuntime(Runtime):
         self._memory = lib.llama_get_memory(self._ctx)
         self._batch = lib.llama_batch_init(MAX_BATCH, 0, 1)
         self.path = path
+        self._set_abort = abort_setter(lib._lib)
+        self.interrupt_with(None)
+
+    def interrupt_with(self, cancel) -> None:
+        # The token itself is kept: native code reads its flag during every forward until the next call.
+        self._interrupt = cancel
+        self._set_abort(self._ctx, _strlen(), ctypes.addressof(cancel.flag if cancel is not None else _NEVER))
 
     def forward(self, tokens: Sequence[int], logits: int) -> torch.Tensor:
         lib = self._lib
@@ -151,10 +188,20 @@ class LlamaCppRuntime(Runtime):
             batch.seq_id[i][0] = seq
             batch.logits[i] = i >= n - logits
         batch.n_tokens = n
-        status = lib.llama_decode(self._ctx, batch)
-        # 1: no room in the KV memory for the batch; other places' slots make room, least recently used first.
-        while status == 1 and self.evict_one():
+        _in_forward.cancel = self._interrupt
+        try:
             status = lib.llama_decode(self._ctx, batch)
+            # 1: no room in the KV memory for the batch; other places' slots make room, least recently used first.
+            while status == 1 and self.evict_one() and not self._interrupted():
+                status = lib.llama_decode(self._ctx, batch)
+        finally:
+            _in_forward.cancel = None
+        if self._interrupted():
+            # Stopped part-way (mainline says so with status 2; ik_llama.cpp ignores the compute's status and
+            # returns 0 with whatever the graph got to), or cancelled just after: either way this forward's
+            # cells go, so the cache holds exactly `cached` and the next prompt is computed as if cold.
+            self._seq_rm(seq, start, -1)
+            raise ForwardInterrupted(f"forward over {n} tokens at {start} stopped: its request was cancelled")
         if status != 0:
             # Anything it kept of a failed batch is dropped, so the cache again holds exactly `cached`.
             self._seq_rm(seq, start, -1)
@@ -167,6 +214,9 @@ class LlamaCppRuntime(Runtime):
             rows[row] = np.ctypeslib.as_array(pointer, shape=(self.vocab_size,))
         self.cached.extend(int(t) for t in tokens)
         return torch.from_numpy(rows)
+
+    def _interrupted(self) -> bool:
+        return self._interrupt is not None and self._interrupt.cancelled
 
     def truncate(self, length: int) -> None:
         length = max(length, 0)

@@ -1,0 +1,134 @@
+"""A cancel stops the llama.cpp forward in flight (both runtimes): the worker is free at once, nothing of the
+stopped forward stays in the cache, and what follows is computed as if cold."""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+
+import pytest
+import torch
+
+from codespec.decode.engine import CancelToken, Engine
+from codespec.decode.runtimes import ForwardInterrupted
+from codespec.decode.runtimes.llamacpp import _strlen
+from codespec.tiny import tiny_tokenizer
+from tests.tiny_gguf import write_tiny_gguf
+
+RUNTIMES = [("codespec.decode.runtimes.llamacpp", "LlamaCppRuntime"),
+            ("codespec.decode.runtimes.ik_llamacpp", "IkLlamaCppRuntime")]
+
+
+@pytest.fixture(scope="module")
+def tiny_gguf(tmp_path_factory):
+    return write_tiny_gguf(tmp_path_factory.mktemp("gguf") / "tiny-0.gguf", 0, merges=True)
+
+
+@pytest.fixture(params=RUNTIMES, ids=["llamacpp", "ik-llamacpp"])
+def runtime(request, tiny_gguf):
+    module, cls = request.param
+    if "ik" in module:
+        pytest.importorskip("ik_llama_cpp")
+    runtime = getattr(importlib.import_module(module), cls)(tiny_gguf, threads=1, context=256, slots=2)
+    yield runtime
+    runtime.close()
+
+
+class Target:
+    def __init__(self, runtime) -> None:
+        self.model, self.tokenizer = runtime, tiny_tokenizer()
+
+
+def test_the_native_abort_callback_reads_the_tokens_flag():
+    # The callback llama.cpp calls between graph nodes, called as llama.cpp calls it (a C bool back).
+    callback = ctypes.CFUNCTYPE(ctypes.c_bool, ctypes.c_void_p)(_strlen())
+    token = CancelToken()
+    assert callback(ctypes.addressof(token.flag)) is False
+    token.cancel()
+    assert callback(ctypes.addressof(token.flag)) is True
+    token.cancel()  # twice is once
+    assert callback(ctypes.addressof(token.flag)) is True
+
+
+def test_a_forward_under_a_cancelled_token_stops_and_keeps_nothing(runtime, monkeypatch, capfd):
+    ids = list(range(20, 84))
+    runtime.forward(ids[:30], logits=1)
+    full = runtime.forward(ids[30:], logits=1)[0]  # the same split as below: the same sums, the same logits
+    runtime.truncate(30)
+    statuses = []
+    if runtime.name == "llamacpp":  # mainline says it stopped part-way: llama_decode returns 2 (aborted)
+        decode = runtime._lib.llama_decode
+        monkeypatch.setattr(runtime._lib, "llama_decode", lambda *a: statuses.append(decode(*a)) or statuses[-1])
+    token = CancelToken()
+    token.cancel()
+    runtime.interrupt_with(token)
+    with pytest.raises(ForwardInterrupted):
+        runtime.forward(ids[30:], logits=1)
+    assert runtime.cached == ids[:30]
+    assert statuses == ([2] if runtime.name == "llamacpp" else [])
+    assert "llama.cpp" not in capfd.readouterr().err  # the stop is no fault: the server's log stays quiet
+    runtime.interrupt_with(None)
+    again = runtime.forward(ids[30:], logits=1)[0]  # the stopped forward's cells are gone: as if never run
+    assert torch.equal(again, full)
+    runtime.interrupt_with(CancelToken())  # a token not cancelled stops nothing
+    runtime.truncate(30)
+    assert torch.equal(runtime.forward(ids[30:], logits=1)[0], full)
+
+
+def cancel_at_call(runtime, token: CancelToken, call: int) -> list[int]:
+    """Cancel `token` just before the runtime's forward number `call` (1-based) starts: that forward is the
+    one in flight when the user types on."""
+    forward, calls = runtime.forward, []
+
+    def forward_then(tokens, logits):
+        calls.append(len(tokens))
+        if len(calls) == call:
+            token.cancel()
+        return forward(tokens, logits)
+
+    runtime.forward = forward_then
+    return calls
+
+
+@pytest.mark.parametrize("drafting", ["none", "lookup"])
+def test_a_prefill_chunk_in_flight_is_dropped_and_the_next_request_computes_as_cold(runtime, drafting):
+    prompt = list(b"def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef add(a, b):\n")
+    engine = Engine(Target(runtime), drafting=drafting, stop_token_ids=[], prefill_chunk=16)
+    token = CancelToken()
+    calls = cancel_at_call(runtime, token, 2)
+    result = engine.generate(prompt, max_new_tokens=12, cancel=token)
+    del runtime.forward
+    assert calls == [16, 16]  # the second chunk was in flight: no forward after it
+    assert result.finish_reason == "cancelled" and result.stats.interrupted == 1 and result.token_ids == []
+    assert runtime.cached == prompt[:16] and result.stats.prefill_tokens == 16
+    again = engine.generate(prompt, max_new_tokens=12)
+    assert again.stats.reused_tokens == 16
+    engine.reset_cache()
+    assert again.token_ids == engine.generate(prompt, max_new_tokens=12).token_ids
+
+
+@pytest.mark.parametrize("drafting", ["none", "lookup"])
+def test_a_decode_step_in_flight_is_dropped_and_the_cache_holds_the_tokens_before_it(runtime, drafting):
+    prompt = list(b"for i in range(10):\n    print(i)\nfor i in range(10):\n")
+    engine = Engine(Target(runtime), drafting=drafting, stop_token_ids=[], prefill_chunk=64)
+    cold = engine.generate(prompt, max_new_tokens=12)
+    engine.reset_cache()
+    token = CancelToken()
+    cancel_at_call(runtime, token, 3)  # 1: the prefill chunk, 2: the first step, 3: the second step
+    result = engine.generate(prompt, max_new_tokens=12, cancel=token)
+    del runtime.forward
+    assert result.finish_reason == "cancelled" and result.stats.interrupted == 1
+    assert result.token_ids == cold.token_ids[: len(result.token_ids)] and result.stats.target_forwards == 1
+    assert runtime.cached == [*prompt, *result.token_ids][:-1]
+    assert engine.generate(prompt, max_new_tokens=12).token_ids == cold.token_ids
+
+
+def test_idle_prefill_stops_in_its_chunk_and_keeps_the_chunks_before(runtime):
+    prompt = list(range(30, 110))
+    engine = Engine(Target(runtime), drafting="none", stop_token_ids=[])
+    token = CancelToken()
+    cancel_at_call(runtime, token, 3)
+    assert engine.prefill(prompt, cancel=token, chunk=16) == 32
+    del runtime.forward
+    assert runtime.cached == prompt[:32]
+    runtime.forward(prompt[32:48], logits=1)  # after it, nothing is interrupted any more
