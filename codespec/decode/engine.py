@@ -130,7 +130,7 @@ class Engine:
         step = chunk or self.prefill_chunk
         done = 0
         with torch.inference_mode():
-            self.runtime.interrupt_with(cancel)
+            self.runtime.interrupt_with(None)  # a chunk always finishes: the KV ahead is this call's point
             try:
                 keep = self.runtime.sync(prompt, place=False)
                 for start in range(keep, len(prompt), step):
@@ -138,13 +138,9 @@ class Engine:
                         break
                     self.runtime.forward(prompt[start : start + step], logits=1)
                     done += min(step, len(prompt) - start)
-            except ForwardInterrupted:
-                pass  # the chunk in flight was dropped, those before it stay cached
             except BaseException:
                 self.reset_cache()  # a forward that died may have left the cache half-written
                 raise
-            finally:
-                self.runtime.interrupt_with(None)
         return done
 
     def prefill_tokens_per_s(self) -> float | None:
@@ -217,7 +213,6 @@ class Engine:
             if self._gated_calls % EXPLORE_EVERY:
                 chosen, stats.drafting_off = None, True
         started = time.perf_counter()
-        self.runtime.interrupt_with(cancel)
         try:
             yield from self._decode(prompt, max_new_tokens, sampler, chosen, stats, cancel, stop,
                                     extra_streams, max_time_s, started, self.collects_features(drafter))
@@ -234,7 +229,13 @@ class Engine:
     @torch.inference_mode()
     def _decode(self, prompt, max_new_tokens, sampler, drafter, stats, cancel, stop, extra_streams,
                 max_time_s, started, features) -> Iterator[StepEvent]:
+        self.runtime.interrupt_with(None)
         finish = None if self._prefill(prompt, stats, cancel, features) else "cancelled"
+        # A decode forward in flight stops at the cancel (its tokens follow the cursor the user just moved on
+        # from: nothing of it is reused). A prefill chunk is left to finish: it is the prefix the next
+        # keystroke's prompt shares, and stopping it lost every chunk to the next keystroke while the user
+        # typed (docs/benchmarks.md, "A lesson on the way").
+        self.runtime.interrupt_with(cancel)
         decode_started = time.perf_counter()
         if drafter is not None and finish is None:
             drafter.begin(prompt, extra_streams)
@@ -304,13 +305,7 @@ class Engine:
                 complete = False
                 stats.prefill_tokens = start - keep
                 break
-            try:
-                self.runtime.forward(prompt[start : min(start + self.prefill_chunk, len(prompt) - 1)], logits=1)
-            except ForwardInterrupted:  # this chunk was dropped; those before it stay cached
-                stats.interrupted += 1
-                complete = False
-                stats.prefill_tokens = start - keep
-                break
+            self.runtime.forward(prompt[start : min(start + self.prefill_chunk, len(prompt) - 1)], logits=1)
             _count_if_cancelled(cancel, stats)
         stats.prefill_s = time.perf_counter() - t0
         return complete

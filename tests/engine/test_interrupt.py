@@ -91,18 +91,20 @@ def cancel_at_call(runtime, token: CancelToken, call: int) -> list[int]:
 
 
 @pytest.mark.parametrize("drafting", ["none", "lookup"])
-def test_a_prefill_chunk_in_flight_is_dropped_and_the_next_request_computes_as_cold(runtime, drafting):
+def test_a_prefill_chunk_in_flight_finishes_and_stays_cached(runtime, drafting):
+    # A prefill chunk is the next keystroke's shared prefix: it is never stopped part-way (stopping it lost every
+    # chunk to the next keystroke while the user typed), and the loop sees the cancel after it.
     prompt = list(b"def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef add(a, b):\n")
     engine = Engine(Target(runtime), drafting=drafting, stop_token_ids=[], prefill_chunk=16)
     token = CancelToken()
     calls = cancel_at_call(runtime, token, 2)
     result = engine.generate(prompt, max_new_tokens=12, cancel=token)
     del runtime.forward
-    assert calls == [16, 16]  # the second chunk was in flight: no forward after it
-    assert result.finish_reason == "cancelled" and result.stats.interrupted == 1 and result.token_ids == []
-    assert runtime.cached == prompt[:16] and result.stats.prefill_tokens == 16
+    assert calls == [16, 16]
+    assert result.finish_reason == "cancelled" and result.stats.interrupted == 0 and result.token_ids == []
+    assert runtime.cached == prompt[:32] and result.stats.prefill_tokens == 32
     again = engine.generate(prompt, max_new_tokens=12)
-    assert again.stats.reused_tokens == 16
+    assert again.stats.reused_tokens == 32
     engine.reset_cache()
     assert again.token_ids == engine.generate(prompt, max_new_tokens=12).token_ids
 
@@ -123,12 +125,21 @@ def test_a_decode_step_in_flight_is_dropped_and_the_cache_holds_the_tokens_befor
     assert engine.generate(prompt, max_new_tokens=12).token_ids == cold.token_ids
 
 
-def test_idle_prefill_stops_in_its_chunk_and_keeps_the_chunks_before(runtime):
+def test_idle_prefill_finishes_its_chunk_under_a_cancel(runtime):
     prompt = list(range(30, 110))
     engine = Engine(Target(runtime), drafting="none", stop_token_ids=[])
     token = CancelToken()
     cancel_at_call(runtime, token, 3)
-    assert engine.prefill(prompt, cancel=token, chunk=16) == 32
+    assert engine.prefill(prompt, cancel=token, chunk=16) == 48
     del runtime.forward
-    assert runtime.cached == prompt[:32]
-    runtime.forward(prompt[32:48], logits=1)  # after it, nothing is interrupted any more
+    assert runtime.cached == prompt[:48]
+
+
+def test_a_stopped_step_leaves_nothing_set_for_the_next_generation(runtime):
+    prompt = list(b"for i in range(10):\n    print(i)\nfor i in range(10):\n")
+    engine = Engine(Target(runtime), drafting="none", stop_token_ids=[])
+    token = CancelToken()
+    cancel_at_call(runtime, token, 2)
+    assert engine.generate(prompt, max_new_tokens=8, cancel=token).stats.interrupted == 1
+    del runtime.forward
+    runtime.forward(prompt[-1:], logits=1)  # the old token is cancelled, but no longer watched
