@@ -94,7 +94,7 @@ bench: fetch llama-server
 		--modes plain,hf-greedy,hf-lookup,lookup --threads 1 --out docs
 	$(VENV)/bin/codespec bench generate --model bundled:qwen2.5-coder-1.5b --draft-model bundled:qwen2.5-coder-0.5b \
 		--set fresh --n 4 --max-tokens 48 --modes plain,hf-assisted,lookup,model,both --threads 1 --out docs
-	$(VENV)/bin/codespec bench replay tests/sessions/nav --count 10 --llama-vim --no-cold --also-layout near-suffix \
+	$(VENV)/bin/codespec bench replay tests/sessions/nav --count 10 --llama-vim --no-cold --control \
 		--threads 2 --out docs --markdown docs/benchmarks.md
 	$(VENV)/bin/codespec bench replay --parallel 1,2,4,8 --count 8 --threads 2 --out docs --markdown docs/benchmarks.md
 

@@ -1,5 +1,7 @@
-"""A cancel stops the llama.cpp forward in flight (both runtimes): the worker is free at once, nothing of the
-stopped forward stays in the cache, and what follows is computed as if cold."""
+"""A cancel stops the llama.cpp forward in flight (mainline): the worker is free at once, nothing of the stopped
+forward stays in the cache, and what follows is computed as if cold. ik_llama.cpp is never stopped part-way (its
+abort races, see IkLlamaCppRuntime.interrupt_with): there the cancel is seen between forwards, and the same
+engine-level behaviour holds."""
 
 from __future__ import annotations
 
@@ -62,6 +64,9 @@ def test_a_forward_under_a_cancelled_token_stops_and_keeps_nothing(runtime, monk
     token = CancelToken()
     token.cancel()
     runtime.interrupt_with(token)
+    if runtime.name != "llamacpp":  # ik_llama.cpp: the forward runs whole, its result stands
+        torch.testing.assert_close(runtime.forward(ids[30:], logits=1)[0], full)
+        return
     with pytest.raises(ForwardInterrupted):
         runtime.forward(ids[30:], logits=1)
     assert runtime.cached == ids[:30]
@@ -119,8 +124,10 @@ def test_a_decode_step_in_flight_is_dropped_and_the_cache_holds_the_tokens_befor
     cancel_at_call(runtime, token, 3)  # 1: the prefill chunk, 2: the first step, 3: the second step
     result = engine.generate(prompt, max_new_tokens=12, cancel=token)
     del runtime.forward
-    assert result.finish_reason == "cancelled" and result.stats.interrupted == 1
-    assert result.token_ids == cold.token_ids[: len(result.token_ids)] and result.stats.target_forwards == 1
+    stopped = runtime.name == "llamacpp"  # ik_llama.cpp finishes the step, and the loop sees the cancel after it
+    assert result.finish_reason == "cancelled" and result.stats.interrupted == int(stopped)
+    assert result.token_ids == cold.token_ids[: len(result.token_ids)]
+    assert result.stats.target_forwards == (1 if stopped else 2)
     assert runtime.cached == [*prompt, *result.token_ids][:-1]
     assert engine.generate(prompt, max_new_tokens=12).token_ids == cold.token_ids
 
@@ -140,6 +147,6 @@ def test_a_stopped_step_leaves_nothing_set_for_the_next_generation(runtime):
     engine = Engine(Target(runtime), drafting="none", stop_token_ids=[])
     token = CancelToken()
     cancel_at_call(runtime, token, 2)
-    assert engine.generate(prompt, max_new_tokens=8, cancel=token).stats.interrupted == 1
+    assert engine.generate(prompt, max_new_tokens=8, cancel=token).stats.interrupted == int(runtime.name == "llamacpp")
     del runtime.forward
     runtime.forward(prompt[-1:], logits=1)  # the old token is cancelled, but no longer watched

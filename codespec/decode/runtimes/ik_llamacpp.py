@@ -25,7 +25,6 @@ from codespec.decode.runtimes.llamacpp import (
     MAX_BATCH,
     MEMORY_CONTEXTS,
     LlamaCppRuntime,
-    abort_setter,
     stderr_log,
 )
 from codespec.errors import CodespecError
@@ -137,8 +136,15 @@ class IkLlamaCppRuntime(LlamaCppRuntime):
         self._kv_bytes = 4 * lib.llama_n_layer(self._model) * (embd // max(heads, 1)) * kv_heads
         self._batch = api.llama_batch_init(MAX_BATCH, 0, 1)
         self.path = path
-        self._set_abort = abort_setter(lib)
-        self.interrupt_with(None)
+        self._interrupt = None
+
+    def interrupt_with(self, cancel) -> None:
+        # Never on ik_llama.cpp: its compute loop reads the abort status after each node's barrier, where the
+        # first thread may already have set it while computing the *next* node, so the other thread leaves the
+        # graph while the first waits at that node's barrier: a hang, caught in a replay (gdb: the worker in
+        # GOMP's barrier, the pool thread idle). Mainline records the node it stopped at and has no such race.
+        # Here a cancel is seen between two forwards, as before.
+        self._interrupt = None
 
     def _meta(self, key: str) -> str:
         buffer = ctypes.create_string_buffer(128)
