@@ -74,7 +74,7 @@ def _strlen() -> int:
     return ctypes.cast(ctypes.CDLL(None).strlen, ctypes.c_void_p).value or 0
 
 
-def abort_setter(library: ctypes.CDLL) -> Callable[[int, int, int], None]:
+def _abort_setter(library: ctypes.CDLL) -> Callable[[int, int, int], None]:
     """The library's llama_set_abort_callback(ctx, callback, data), bound with plain pointers (item access makes
     a function object of our own: the package's binding keeps its argument types)."""
     function = library["llama_set_abort_callback"]
@@ -150,7 +150,7 @@ class LlamaCppRuntime(Runtime):
         self._memory = lib.llama_get_memory(self._ctx)
         self._batch = lib.llama_batch_init(MAX_BATCH, 0, 1)
         self.path = path
-        self._set_abort = abort_setter(lib._lib)
+        self._set_abort = _abort_setter(lib._lib)
         self.interrupt_with(None)
 
     def interrupt_with(self, cancel) -> None:
@@ -197,8 +197,7 @@ class LlamaCppRuntime(Runtime):
         finally:
             _in_forward.cancel = None
         if self._interrupted():
-            # Stopped part-way (mainline says so with status 2; ik_llama.cpp ignores the compute's status and
-            # returns 0 with whatever the graph got to), or cancelled just after: either way this forward's
+            # Stopped part-way (llama_decode returned 2), or cancelled just after: either way this forward's
             # cells go, so the cache holds exactly `cached` and the next prompt is computed as if cold.
             self._seq_rm(seq, start, -1)
             raise ForwardInterrupted(f"forward over {n} tokens at {start} stopped: its request was cancelled")
