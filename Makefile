@@ -23,21 +23,28 @@ $(VENV)/.installed: pyproject.toml
 # (installed above, the fallback) is built for AVX2 only; on this project's AVX-512 machine the native build
 # is ~15-30 % faster for a step and a prefill chunk (experiments/ik-native). ~7-8 min on 2 cores, once; the
 # sdist lacks one script its build runs (build-support/). A failed build leaves the wheel, and says so.
+# build-support/ik-abort-at-node.patch mends a race in its compute loop's stop (a forward cancelled part-way
+# could hang): with it a cancel stops a decode forward at once; without it (the wheel, or a patch that no
+# longer applies) forwards always finish (IkLlamaCppRuntime.stops_forwards).
 # The version pyproject.toml pins.
 IK_VERSION := 0.1.5
 IK_BUILD := build/ik-llama
 IK_SRC := $(IK_BUILD)/src/ik_llama_cpp_python-$(IK_VERSION)
 IK_CMAKE_ARGS := -DGGML_NATIVE=ON -DGGML_IQK_FA_ALL_QUANTS=OFF -DCMAKE_INSTALL_RPATH=\$$ORIGIN \
 	-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON
-$(VENV)/.ik-native: build-support/ik-build-info-gen-cpp.cmake | $(VENV)/.installed
+$(VENV)/.ik-native: build-support/ik-build-info-gen-cpp.cmake build-support/ik-abort-at-node.patch | $(VENV)/.installed
 	rm -rf $(IK_BUILD)/src && mkdir -p $(IK_BUILD)/src
 	$(PIP) download -q --no-deps --no-binary :all: ik-llama-cpp-python==$(IK_VERSION) -d $(IK_BUILD)/src
 	tar xzf $(IK_BUILD)/src/ik_llama_cpp_python-$(IK_VERSION).tar.gz -C $(IK_BUILD)/src
 	mkdir -p $(IK_SRC)/vendor/ik_llama.cpp/common/cmake
 	cp build-support/ik-build-info-gen-cpp.cmake $(IK_SRC)/vendor/ik_llama.cpp/common/cmake/build-info-gen-cpp.cmake
+	if patch -s -p1 --dry-run -d $(IK_SRC)/vendor/ik_llama.cpp < build-support/ik-abort-at-node.patch; then \
+		patch -s -p1 -d $(IK_SRC)/vendor/ik_llama.cpp < build-support/ik-abort-at-node.patch; \
+	else echo "codespec: ik-abort-at-node.patch does not apply; forwards will not be stopped part-way"; fi
 	CMAKE_ARGS="$(IK_CMAKE_ARGS)" $(PIP) install -q --no-deps --force-reinstall -C build-dir=$(abspath $(IK_BUILD))/cmake \
 		./$(IK_SRC) || echo "codespec: building ik_llama.cpp for this CPU failed; the prebuilt AVX2 wheel stays (slower)"
 	$(PY) -c "from codespec.decode.runtimes.ik_llamacpp import kernel_features as k; print('ik_llama.cpp kernels:', k())"
+	$(PY) -c "from codespec.decode.runtimes.ik_llamacpp import library_stops_forwards as s; print('ik_llama.cpp stops a cancelled forward:', s())"
 	touch $@
 
 venv: $(VENV)/.installed $(VENV)/.ik-native

@@ -1,12 +1,14 @@
-"""A cancel stops the llama.cpp forward in flight (mainline): the worker is free at once, nothing of the stopped
-forward stays in the cache, and what follows is computed as if cold. ik_llama.cpp is never stopped part-way (its
-abort races, see IkLlamaCppRuntime.interrupt_with): there the cancel is seen between forwards, and the same
-engine-level behaviour holds."""
+"""A cancel stops the llama.cpp forward in flight (mainline, and ik_llama.cpp built with build-support's patch):
+the worker is free at once, nothing of the stopped forward stays in the cache, and what follows is computed as if
+cold. An ik_llama.cpp without the patch is never stopped part-way (its stop races: library_stops_forwards):
+there the cancel is seen between forwards, and the same engine-level behaviour holds."""
 
 from __future__ import annotations
 
 import ctypes
 import importlib
+import random
+import threading
 
 import pytest
 import torch
@@ -64,7 +66,7 @@ def test_a_forward_under_a_cancelled_token_stops_and_keeps_nothing(runtime, monk
     token = CancelToken()
     token.cancel()
     runtime.interrupt_with(token)
-    if runtime.name != "llamacpp":  # ik_llama.cpp: the forward runs whole, its result stands
+    if not runtime.stops_forwards:  # an ik_llama.cpp without the patch: the forward runs whole, its result stands
         torch.testing.assert_close(runtime.forward(ids[30:], logits=1)[0], full)
         return
     with pytest.raises(ForwardInterrupted):
@@ -124,7 +126,7 @@ def test_a_decode_step_in_flight_is_dropped_and_the_cache_holds_the_tokens_befor
     cancel_at_call(runtime, token, 3)  # 1: the prefill chunk, 2: the first step, 3: the second step
     result = engine.generate(prompt, max_new_tokens=12, cancel=token)
     del runtime.forward
-    stopped = runtime.name == "llamacpp"  # ik_llama.cpp finishes the step, and the loop sees the cancel after it
+    stopped = runtime.stops_forwards  # else the step finishes, and the loop sees the cancel after it
     assert result.finish_reason == "cancelled" and result.stats.interrupted == int(stopped)
     assert result.token_ids == cold.token_ids[: len(result.token_ids)]
     assert result.stats.target_forwards == (1 if stopped else 2)
@@ -147,6 +149,48 @@ def test_a_stopped_step_leaves_nothing_set_for_the_next_generation(runtime):
     engine = Engine(Target(runtime), drafting="none", stop_token_ids=[])
     token = CancelToken()
     cancel_at_call(runtime, token, 2)
-    assert engine.generate(prompt, max_new_tokens=8, cancel=token).stats.interrupted == int(runtime.name == "llamacpp")
+    assert engine.generate(prompt, max_new_tokens=8, cancel=token).stats.interrupted == int(runtime.stops_forwards)
     del runtime.forward
     runtime.forward(prompt[-1:], logits=1)  # the old token is cancelled, but no longer watched
+
+
+@pytest.mark.parametrize("module, cls", RUNTIMES, ids=["llamacpp", "ik-llamacpp"])
+def test_forwards_stopped_at_any_moment_by_two_threads_never_hang(module, cls, tiny_gguf):
+    # Two compute threads must stop at the same graph node: ik_llama.cpp's stock loop let one leave the graph
+    # while the other waited at a barrier forever (an unpatched build hung within ~200 of these on the 1.5B).
+    # Cancels land at random moments of many forwards; all of them must come back, stopped or whole.
+    if "ik" in module:
+        pytest.importorskip("ik_llama_cpp")
+    runtime = getattr(importlib.import_module(module), cls)(tiny_gguf, threads=2, context=256, slots=1)
+    if not runtime.stops_forwards:
+        runtime.close()
+        pytest.skip("this build never stops a forward part-way (nothing can race)")
+    ids = list(range(20, 84))
+    runtime.forward(ids[:16], logits=1)
+    full = runtime.forward(ids[16:48], logits=1)[0]
+    runtime.truncate(16)
+    outcomes: list[str] = []
+    rng = random.Random(0)
+
+    def run() -> None:
+        for _ in range(1500):
+            token = CancelToken()
+            runtime.interrupt_with(token)
+            timer = threading.Timer(rng.uniform(0, 0.002), token.cancel)
+            timer.start()
+            try:
+                logits = runtime.forward(ids[16:48], logits=1)[0]
+                outcomes.append("whole" if torch.equal(logits, full) else "wrong")
+            except ForwardInterrupted:
+                outcomes.append("stopped" if runtime.cached == ids[:16] else "kept")
+            timer.join()
+            runtime.truncate(16)
+        runtime.interrupt_with(None)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(timeout=120)  # the patched build: ~3 s
+    assert not worker.is_alive(), f"a forward never came back after {len(outcomes)} (a compute thread left the graph)"
+    runtime.close()
+    assert len(outcomes) == 1500 and set(outcomes) <= {"whole", "stopped"}
+    assert outcomes.count("stopped") > 0  # the cancels did land inside forwards

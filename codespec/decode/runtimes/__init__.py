@@ -91,6 +91,7 @@ class Runtime(ABC):
     max_positions: int | None = None
     vocab_size: int = 0
     max_slots: int = 1
+    stops_forwards: bool = False  # interrupt_with stops a forward part-way (else a cancel waits for it to end)
     # A slot whose prompt goes on for more than this past the shared prefix is another place, kept: typing
     # at the cursor changes only the tokens after it (the rest of the line and the FIM markers, a handful);
     # a jump changes the cursor window (48 tokens or more, codespec/context/block.py).

@@ -25,6 +25,7 @@ from codespec.decode.runtimes.llamacpp import (
     MAX_BATCH,
     MEMORY_CONTEXTS,
     LlamaCppRuntime,
+    abort_setter,
     stderr_log,
 )
 from codespec.errors import CodespecError
@@ -50,6 +51,20 @@ def kernel_features() -> str:
     info = _library()._lib.llama_print_system_info().decode()
     on = [name.strip() for name, _, value in (part.partition("=") for part in info.split("|")) if value.strip() == "1"]
     return " ".join(name for name in on if name.startswith(("AVX", "FMA", "F16C", "NEON", "SVE", "MATMUL")))
+
+
+@functools.cache
+def library_stops_forwards() -> bool:
+    """Whether a cancel may stop a forward part-way: only in a build with build-support/ik-abort-at-node.patch
+    (`make venv` applies it), whose marker function says so. The stock compute loop reads the abort status
+    after each node's barrier, where the first thread may already have set it while computing the *next* node:
+    the other thread leaves the graph and the first waits at that node's barrier forever (a replay hung; gdb:
+    the worker in GOMP's barrier, the pool thread idle). The patch stops all threads at one node, as mainline
+    does. Without it a cancel is seen between two forwards, as before."""
+    try:
+        return bool(_library()._lib.ggml_codespec_abort_at_node())
+    except AttributeError:  # dlsym found no such function: a build without the patch
+        return False
 
 
 def _library() -> Any:
@@ -136,15 +151,15 @@ class IkLlamaCppRuntime(LlamaCppRuntime):
         self._kv_bytes = 4 * lib.llama_n_layer(self._model) * (embd // max(heads, 1)) * kv_heads
         self._batch = api.llama_batch_init(MAX_BATCH, 0, 1)
         self.path = path
-        self._interrupt = None
+        self.stops_forwards = library_stops_forwards()
+        self._set_abort = abort_setter(lib) if self.stops_forwards else None
+        self.interrupt_with(None)
 
     def interrupt_with(self, cancel) -> None:
-        # Never on ik_llama.cpp: its compute loop reads the abort status after each node's barrier, where the
-        # first thread may already have set it while computing the *next* node, so the other thread leaves the
-        # graph while the first waits at that node's barrier: a hang, caught in a replay (gdb: the worker in
-        # GOMP's barrier, the pool thread idle). Mainline records the node it stopped at and has no such race.
-        # Here a cancel is seen between two forwards, as before.
-        self._interrupt = None
+        if self._set_abort is None:  # a build whose stop can hang (library_stops_forwards): never part-way
+            self._interrupt = None
+            return
+        super().interrupt_with(cancel)
 
     def _meta(self, key: str) -> str:
         buffer = ctypes.create_string_buffer(128)

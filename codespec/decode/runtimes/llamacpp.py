@@ -74,7 +74,7 @@ def _strlen() -> int:
     return ctypes.cast(ctypes.CDLL(None).strlen, ctypes.c_void_p).value or 0
 
 
-def _abort_setter(library: ctypes.CDLL) -> Callable[[int, int, int], None]:
+def abort_setter(library: ctypes.CDLL) -> Callable[[int, int, int], None]:
     """The library's llama_set_abort_callback(ctx, callback, data), bound with plain pointers (item access makes
     a function object of our own: the package's binding keeps its argument types)."""
     function = library["llama_set_abort_callback"]
@@ -113,6 +113,7 @@ class LlamaCppRuntime(Runtime):
     # Quantized kernels quantize a batch's activations and sum in another order than a single token's.
     exact_batching = False
     prefill_chunk = 64
+    stops_forwards = True  # ggml's abort callback, between two graph nodes (interrupt_with)
 
     def __init__(self, gguf_path: str | Path, *, threads: int | None = None, context: int = DEFAULT_CONTEXT,
                  slots: int = DEFAULT_SLOTS) -> None:
@@ -150,7 +151,7 @@ class LlamaCppRuntime(Runtime):
         self._memory = lib.llama_get_memory(self._ctx)
         self._batch = lib.llama_batch_init(MAX_BATCH, 0, 1)
         self.path = path
-        self._set_abort = _abort_setter(lib._lib)
+        self._set_abort = abort_setter(lib._lib)
         self.interrupt_with(None)
 
     def interrupt_with(self, cancel) -> None:
@@ -254,7 +255,8 @@ class LlamaCppRuntime(Runtime):
 
     def describe(self) -> dict:
         return {**super().describe(), "gguf": self.path.name, "threads": self.threads,
-                "context": self.max_positions, "kvMemoryTokens": self.memory_tokens, "slots": self.max_slots}
+                "context": self.max_positions, "kvMemoryTokens": self.memory_tokens, "slots": self.max_slots,
+                "stopsForwards": self.stops_forwards}
 
     def close(self) -> None:
         if getattr(self, "_ctx", None):
