@@ -526,12 +526,16 @@ def run_bench(args: argparse.Namespace) -> int:
     data = {"meta": meta, "variants": report["variants"], "ratios": report["ratios"]}
     results = list({id(r): r for r in report["results"].values()}.values())  # variants may share one
     records = "".join(json.dumps(record.to_json()) + "\n" for result in results for record in result.records)
+    # Each server's generations (its request log), for questions the worker table does not answer.
+    generations = "".join(json.dumps({"variant": name, **g}) + "\n"
+                          for name, result in report["results"].items() for g in result.generations)
     text = markdown(report, meta)
     speculative = report["results"]["speculative"]
     title = "speculative server" + ("" if args.no_cold else ": warm and cold plays")
     outputs = {
         args.out / "bench-replay.json": text_writer(json.dumps(data, indent=2, default=str)),
         args.out / "bench-replay-records.jsonl": text_writer(records),
+        args.out / "bench-replay-generations.jsonl": text_writer(generations),
         plots[0]: lambda path: plot_variants(report, path, args.pause_ms),
         plots[1]: lambda path: plot_result(speculative, str(path), title, pause_ms=args.pause_ms),
     }

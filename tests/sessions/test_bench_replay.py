@@ -214,8 +214,10 @@ def test_control_column_is_plain_against_itself(monkeypatch, tmp_path, corpus_pa
         seen.extend(name for name, _ in kwargs["others"])
         kwargs["others"] = [(name, fake_server("--delay", "0.005", "--suggestion", "plain"))
                             for name, _ in kwargs["others"]]
-        return real([truncated(s, 6) for s in sessions], fake_server("--delay", "0.005", "--suggestion", "spec"),
-                    fake_server("--delay", "0.005", "--suggestion", "plain"), **kwargs)
+        report = real([truncated(s, 6) for s in sessions], fake_server("--delay", "0.005", "--suggestion", "spec"),
+                      fake_server("--delay", "0.005", "--suggestion", "plain"), **kwargs)
+        report["results"]["speculative"].generations.append({"id": 7, "prefillMs": 12.5})  # as a request log has it
+        return report
 
     monkeypatch.setattr(replay, "bench_replay", fake_bench_replay)
     out = tmp_path / "out"
@@ -228,3 +230,5 @@ def test_control_column_is_plain_against_itself(monkeypatch, tmp_path, corpus_pa
     assert spec["differs_from_plain"]["differ"] == spec["differs_from_plain"]["both"] > 0
     assert "differs_from_plain" not in data["variants"]["plain"]
     assert f"{replay.CONTROL}/plain coverage" in data["ratios"]
+    lines = [json.loads(line) for line in (out / "bench-replay-generations.jsonl").read_text().splitlines()]
+    assert {"variant": "speculative", "id": 7, "prefillMs": 12.5} in lines
