@@ -502,6 +502,8 @@ class CompletionManager:
             record.decode_ms = float(data.get("decode_s", 0.0)) * 1000
             record.draft_ms = float(data.get("draft_s", 0.0)) * 1000
             record.interrupted = int(data.get("interrupted", 0))
+            record.forward_ms = {int(k): [int(n), float(s) * 1000]
+                                 for k, (n, s) in (data.get("forward_s_by_tokens") or {}).items()}
             if generation.token.cancelled:
                 record.engine_forwards_after_cancel = int(data.get("forwards_after_cancel", 0))
         if generation.token.cancelled:

@@ -113,6 +113,10 @@ class GenerationRecord:
     decode_ms: float | None = None
     draft_ms: float | None = None
     interrupted: int = 0  # forwards the cancel stopped part-way (the worker freed at once)
+    # Decode forwards by the tokens in them: tokens -> [forwards, ms in all] (steps at 1, verifies above), to
+    # set beside the runtime's cost curve. On the wire a list of [tokens, forwards, ms]: JSON keys that are
+    # numbers do not survive every client (pygls' own renames them).
+    forward_ms: dict[int, list[float]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -135,6 +139,7 @@ class GenerationRecord:
             "decodeMs": _ms(self.decode_ms),
             "draftMs": _ms(self.draft_ms),
             "interrupted": self.interrupted,
+            "forwardMs": [[k, int(n), round(ms, 3)] for k, (n, ms) in sorted(self.forward_ms.items())],
         }
 
 

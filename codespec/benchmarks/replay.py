@@ -362,11 +362,13 @@ def markdown(report: dict[str, Any], meta: dict[str, Any]) -> str:
         "",
         "The server's worker, per generation (its request log; a server shared by two variants counts both): "
         "busy = prefill + decode, the time a request behind it waits; drafting = the drafters' own work "
-        "within decode; drafting off = generations where no draft could pay on the cost curve.",
+        "within decode; drafting off = generations where no draft could pay on the cost curve; step / verify = "
+        "the mean decode forward over one token / over several (their mean tokens) as it ran in the server.",
         "",
         "| variant | generations (cancelled; forwards interrupted) | busy s | queued p50 / p90 ms | prefill p50 / p90 ms "
-        "| decode p50 / p90 ms | tokens (per forward) | decode ms / token | drafting s | drafting off |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| decode p50 / p90 ms | tokens (per forward) | decode ms / token | step / verify ms (tokens) | drafting s "
+        "| drafting off |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, s in report["variants"].items():
         w = s.get("worker") or {}
@@ -379,7 +381,7 @@ def markdown(report: dict[str, Any], meta: dict[str, Any]) -> str:
             f"| {ms(w['prefill_ms']['p50'])} / {ms(w['prefill_ms']['p90'])} "
             f"| {ms(w['decode_ms']['p50'])} / {ms(w['decode_ms']['p90'])} "
             f"| {w['new_tokens']} ({'-' if tpf is None else f'{tpf:.2f}'}) | {'-' if mpt is None else f'{mpt:.1f}'} "
-            f"| {w['draft_s']:.2f} | {w['drafting_off']} |"
+            f"| {forward_cells(w)} | {w['draft_s']:.2f} | {w['drafting_off']} |"
         )
     lines += [
         "",
@@ -547,3 +549,10 @@ def run_bench(args: argparse.Namespace) -> int:
         print(f"== {name}\n{format_table(summary)}\n")
     print(text)
     return 0
+
+
+def forward_cells(w: dict) -> str:
+    """The worker table's step / verify cell: mean ms of each kind of decode forward (verify: its tokens)."""
+    step, verify, tokens = w.get("step_ms"), w.get("verify_ms"), w.get("verify_tokens")
+    return (f"{'-' if step is None else f'{step:.1f}'} / "
+            + ("-" if verify is None else f"{verify:.1f} ({tokens:.1f})"))

@@ -70,6 +70,12 @@ class GenerationStats:
     forwards_after_cancel: int = 0
     interrupted: int = 0  # forwards stopped part-way by the cancel (their work dropped, the cache as before)
     drafting_off: bool = False  # no draft could pay on this runtime's cost curve: decoded plain, nothing drafted
+    # Decode forwards as they ran: tokens in the forward -> (forwards, seconds), to set beside the cost curve.
+    forward_s_by_tokens: dict[int, tuple[int, float]] = field(default_factory=dict)
+
+    def timed_forward(self, tokens: int, seconds: float) -> None:
+        count, total = self.forward_s_by_tokens.get(tokens, (0, 0.0))
+        self.forward_s_by_tokens[tokens] = (count + 1, total + seconds)
 
     @property
     def acceptance_rate(self) -> float:

@@ -345,22 +345,51 @@ class CombinedDrafter(Drafter):
             self._last.feedback(drafted, accepted)
 
 
+PRIOR_FORWARDS = 4.0  # the cost scale's prior: this many forwards that cost what the curve says
+
+
 class CostAwareLength:
     """How many of a draft's tokens to verify, from the target's cost curve and the acceptance seen so far.
 
     A draft of k tokens whose tokens are each accepted with probability a (given the previous ones were)
     yields E(k) = (1 - a^(k+1)) / (1 - a) tokens per forward over k + 1 tokens, at cost(k + 1). The length
     maximising E(k) / cost(k + 1) is verified; 0 (no draft: a plain step) when none beats 1 / cost(1).
+    The curve is measured once, idle, after 256 cached tokens; forwards in the server run beside other work
+    and over other caches, so with `in_situ` each cost is scaled by what forwards of its kind (one token;
+    several) took there against the curve (`timed`, the curve in seconds): where a verify costs more,
+    relative to a step, than the curve says, drafts shorten or stop.
     Acceptance is estimated per draft key (the drafter and, for lookup, the match length). A draft that was
     not verified is still scored against the tokens the target goes on to produce (`observe`), so a key
     that is skipped keeps being measured and comes back when it would pay."""
 
     def __init__(self, cost: Callable[[int], float], prior: float = 0.6, prior_weight: float = 2.0,
-                 memory: float = 64.0) -> None:
-        self.cost = cost
+                 memory: float = 64.0, *, in_situ: bool = False) -> None:
+        self.curve, self.in_situ = cost, in_situ
         self.prior, self.prior_weight, self.memory = prior, prior_weight, memory
+        # Observed / curve cost of single steps and of verifies (several tokens): (sum observed, sum curve),
+        # both decayed like acceptance; the prior is one forward on the curve.
+        self._scale: dict[bool, tuple[float, float]] = {}
         self._counts: dict[str, tuple[float, float]] = {}  # key -> (accepted, trials)
         self._shadow: tuple[int, list[int], str] | None = None  # (position, tokens, key) of a skipped draft
+
+    def cost(self, tokens: int) -> float:
+        """A forward over `tokens` tokens as forwards have cost in this process: the curve, scaled."""
+        return self.curve(tokens) * self.scale(tokens > 1)
+
+    def scale(self, verify: bool) -> float:
+        observed, curve = self._scale.get(verify, (0.0, 0.0))
+        return (observed + PRIOR_FORWARDS) / (curve + PRIOR_FORWARDS) if curve else 1.0
+
+    def timed(self, tokens: int, seconds: float) -> None:
+        """A decode forward over `tokens` tokens took `seconds`."""
+        expected = self.curve(tokens)
+        if not self.in_situ or expected <= 0 or seconds <= 0:
+            return
+        observed, curve = self._scale.get(tokens > 1, (0.0, 0.0))
+        observed, curve = observed + seconds / expected, curve + 1.0
+        if curve > self.memory:
+            observed, curve = observed * self.memory / curve, self.memory
+        self._scale[tokens > 1] = (observed, curve)
 
     def acceptance(self, key: str) -> float:
         accepted, trials = self._counts.get(key, (0.0, 0.0))
@@ -418,4 +447,5 @@ class CostAwareLength:
             self._shadow = None
 
     def to_dict(self) -> dict[str, float]:
-        return {key: round(self.acceptance(key), 3) for key in sorted(self._counts)}
+        scales = {f"cost x{' verify' if verify else ' step'}": round(self.scale(verify), 3) for verify in self._scale}
+        return {**{key: round(self.acceptance(key), 3) for key in sorted(self._counts)}, **scales}

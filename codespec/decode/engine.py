@@ -327,7 +327,11 @@ class Engine:
             drafts = drafts[:keep]
         t1 = time.perf_counter()
         logits = self.runtime.forward([ids[-1], *drafts], logits=len(drafts) + 1)
+        forward_s = time.perf_counter() - t1
         stats.target_forwards += 1
+        stats.timed_forward(len(drafts) + 1, forward_s)
+        if self.draft_length is not None:
+            self.draft_length.timed(len(drafts) + 1, forward_s)
         if sampler.greedy:
             accepted, next_token = _verify_greedy(drafts, logits)
         else:
@@ -358,7 +362,7 @@ class Engine:
         self.reset_cache()
         self.runtime.interrupt_with(None)  # measuring forwards belong to no request
         curve = cached_cost_curve(self.runtime, model_key, curves)
-        self.draft_length = CostAwareLength(curve.cost) if drafts else None
+        self.draft_length = CostAwareLength(curve.cost, in_situ=True) if drafts else None
         return self.draft_length
 
     def _decode_text(self, tokens: list[int]) -> str:

@@ -263,7 +263,22 @@ def worker_summary(generations: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "decode_ms_per_token": sum(decode) / tokens if tokens else None,
         "draft_s": round(sum(float(g.get("draftMs") or 0.0) for g in done) / 1000, 3),
         "drafting_off": sum(bool(g.get("draftingOff")) for g in done),
+        **forward_costs(done),
     }
+
+
+def forward_costs(generations: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Mean ms of the decode forwards as they ran in the server: steps (one token) and verifies (several;
+    their mean tokens), to set beside the cost curve measured idle."""
+    sums = {False: [0, 0.0, 0], True: [0, 0.0, 0]}  # verify? -> [forwards, ms, tokens]
+    for g in generations:
+        for k, n, ms in g.get("forwardMs") or ():
+            entry = sums[int(k) > 1]
+            entry[0], entry[1], entry[2] = entry[0] + int(n), entry[1] + float(ms), entry[2] + int(k) * int(n)
+    step, verify = sums[False], sums[True]
+    return {"step_ms": step[1] / step[0] if step[0] else None,
+            "verify_ms": verify[1] / verify[0] if verify[0] else None,
+            "verify_tokens": verify[2] / verify[0] if verify[0] else None}
 
 
 def summarize(result: ReplayResult, label: str | None = None, pause_ms: float = PAUSE_MS) -> dict[str, Any]:

@@ -223,6 +223,10 @@ async def test_second_keystroke_prefills_far_fewer_tokens(client):
     first_gen = gens[one["generation"]]
     assert first_gen["prefillMs"] > 0 and first_gen["decodeMs"] >= 0 and first_gen["queuedMs"] >= 0
     assert report["generations"]["busyMs"] >= round(first_gen["prefillMs"] + first_gen["decodeMs"], 1) - 0.1
+    # and its decode forwards by their tokens ([tokens, forwards, ms]): as many as its target forwards, timed
+    forwards = first_gen["forwardMs"]
+    assert sum(n for _, n, _ in forwards) == first_gen["targetForwards"]
+    assert sorted(k for k, _, _ in forwards) == [k for k, _, _ in forwards] and all(ms > 0 for _, _, ms in forwards)
 
 
 async def test_utf16_positions_with_emoji(client):

@@ -29,9 +29,10 @@ def test_generation_lines_are_kept_apart_from_request_records(tmp_path):
 def test_worker_summary_sums_busy_time_and_tokens_per_forward():
     generations = [
         {"finishReason": "stop", "queuedMs": 1.0, "prefillMs": 100.0, "decodeMs": 300.0, "draftMs": 6.0,
-         "newTokens": 12, "targetForwards": 6, "draftingOff": False},
+         "newTokens": 12, "targetForwards": 6, "draftingOff": False,
+         "forwardMs": [[1, 4, 120.0], [3, 1, 60.0], [5, 1, 90.0]]},
         {"finishReason": "cancelled", "queuedMs": 9.0, "prefillMs": 40.0, "decodeMs": 60.0, "draftMs": 0.0,
-         "newTokens": 3, "targetForwards": 3, "draftingOff": True},
+         "newTokens": 3, "targetForwards": 3, "draftingOff": True, "forwardMs": [[1, 2, 50.0]]},
         {"finishReason": "error", "prefillMs": None, "decodeMs": None},  # failed: no timings, not counted
     ]
     w = worker_summary(generations)
@@ -40,4 +41,6 @@ def test_worker_summary_sums_busy_time_and_tokens_per_forward():
     assert w["tokens_per_forward"] == pytest.approx(15 / 9)
     assert w["decode_ms_per_token"] == pytest.approx(360 / 15)
     assert w["draft_s"] == pytest.approx(0.006)
-    assert worker_summary([])["tokens_per_forward"] is None
+    assert w["step_ms"] == pytest.approx(170 / 6)
+    assert w["verify_ms"] == pytest.approx(75.0) and w["verify_tokens"] == pytest.approx(4.0)
+    assert worker_summary([])["tokens_per_forward"] is None and worker_summary([])["verify_ms"] is None
