@@ -61,38 +61,52 @@ class Drafter:
 
 class NgramIndex:
     """Where each n-gram (min_n..max_n tokens) of a token sequence last ended, maintained incrementally:
-    appending or truncating touches only the changed tokens, never the whole sequence."""
+    appending or truncating touches only the changed tokens, never the whole sequence.
+
+    Stored as plain ints so the garbage collector can skip it: per n, the last end of each n-gram (a dict of
+    tuples to ints, which the collector stops tracking after one pass) and, per position, the end of the
+    same n-gram's occurrence before it (one list of ints). A list per n-gram instead left ~800,000 tracked
+    objects for eight open files, and each full collection held the GIL for ~0.2 s: the server's worker and
+    its event loop stood still (experiments/replay-control/log.md, run5)."""
 
     def __init__(self, min_n: int, max_n: int, tokens: Sequence[int] = ()) -> None:
         self.min_n, self.max_n = min_n, max_n
         self.tokens: list[int] = []
-        # n -> ngram -> end positions, ascending. An n-gram is indexed only once a token follows it,
+        # n -> ngram -> the end of its latest occurrence. An n-gram is indexed only once a token follows it,
         # so a lookup of the sequence's own suffix never finds itself.
-        self._ends: dict[int, dict[tuple[int, ...], list[int]]] = {n: {} for n in range(min_n, max_n + 1)}
+        self._last: dict[int, dict[tuple[int, ...], int]] = {n: {} for n in range(min_n, max_n + 1)}
+        # n -> for token i, the previous end of the n-gram that ends at i - 1 (-1: none, or too short).
+        self._previous: dict[int, list[int]] = {n: [] for n in range(min_n, max_n + 1)}
         self.extend(tokens)
 
     def extend(self, new_tokens: Sequence[int]) -> None:
+        tokens = self.tokens
         for token in new_tokens:
-            end = len(self.tokens) - 1  # the n-grams ending here now have a continuation
-            self.tokens.append(token)
+            end = len(tokens) - 1  # the n-grams ending here now have a continuation
+            tokens.append(token)
             for n in range(self.min_n, self.max_n + 1):
                 if end - n + 1 < 0:
-                    break
-                key = tuple(self.tokens[end - n + 1 : end + 1])
-                self._ends[n].setdefault(key, []).append(end)
+                    self._previous[n].append(-1)
+                    continue
+                key = tuple(tokens[end - n + 1 : end + 1])
+                last = self._last[n]
+                self._previous[n].append(last.get(key, -1))
+                last[key] = end
 
     def truncate(self, length: int) -> None:
-        while len(self.tokens) > length:
-            end = len(self.tokens) - 2  # the n-grams that ended before the last token lose their continuation
+        tokens = self.tokens
+        while len(tokens) > length:
+            end = len(tokens) - 2  # the n-grams that ended before the last token lose their continuation
             for n in range(self.min_n, self.max_n + 1):
+                previous = self._previous[n].pop()
                 if end - n + 1 < 0:
-                    break
-                key = tuple(self.tokens[end - n + 1 : end + 1])
-                positions = self._ends[n][key]
-                positions.pop()
-                if not positions:
-                    del self._ends[n][key]
-            self.tokens.pop()
+                    continue
+                key = tuple(tokens[end - n + 1 : end + 1])
+                if previous < 0:
+                    del self._last[n][key]
+                else:
+                    self._last[n][key] = previous
+            tokens.pop()
 
     def sync(self, tokens: Sequence[int]) -> None:
         """Make the index describe `tokens`, reusing the shared prefix."""
@@ -102,8 +116,8 @@ class NgramIndex:
 
     def find(self, key: tuple[int, ...]) -> int | None:
         """End position of the most recent occurrence of `key` that has a continuation."""
-        positions = self._ends.get(len(key), {}).get(key)
-        return positions[-1] if positions else None
+        last = self._last.get(len(key))
+        return None if last is None else last.get(key)
 
 
 @dataclass

@@ -223,6 +223,8 @@ async def test_second_keystroke_prefills_far_fewer_tokens(client):
     first_gen = gens[one["generation"]]
     assert first_gen["prefillMs"] > 0 and first_gen["decodeMs"] >= 0 and first_gen["queuedMs"] >= 0
     assert report["generations"]["busyMs"] >= round(first_gen["prefillMs"] + first_gen["decodeMs"], 1) - 0.1
+    # what the load made is kept out of the collector's full passes (each walked it holding the GIL)
+    assert report["gcFrozenObjects"] > 1000
     # and its decode forwards by their tokens ([tokens, forwards, ms]): as many as its target forwards, timed
     forwards = first_gen["forwardMs"]
     assert sum(n for _, n, _ in forwards) == first_gen["targetForwards"]
