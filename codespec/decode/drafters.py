@@ -65,8 +65,8 @@ class NgramIndex:
 
     Stored as plain ints so the garbage collector can skip it: per n, the last end of each n-gram (a dict of
     tuples to ints, which the collector stops tracking after one pass) and, per position, the end of the
-    same n-gram's occurrence before it (one list of ints). A list per n-gram instead left ~800,000 tracked
-    objects for eight open files, and each full collection held the GIL for ~0.2 s: the server's worker and
+    same n-gram's occurrence before it (one list of ints). A list per n-gram instead left ~600,000 tracked
+    objects for eight open files, and each full collection held the GIL for ~0.15-0.2 s: the server's worker and
     its event loop stood still (experiments/replay-control/log.md, run5)."""
 
     def __init__(self, min_n: int, max_n: int, tokens: Sequence[int] = ()) -> None:
@@ -380,8 +380,8 @@ class CostAwareLength:
                  memory: float = 64.0, *, in_situ: bool = False) -> None:
         self.curve, self.in_situ = cost, in_situ
         self.prior, self.prior_weight, self.memory = prior, prior_weight, memory
-        # Observed / curve cost of single steps and of verifies (several tokens): (sum observed, sum curve),
-        # both decayed like acceptance; the prior is one forward on the curve.
+        # Steps and verifies (several tokens): (sum of observed / curve cost, forwards), decayed like acceptance;
+        # PRIOR_FORWARDS more at the curve's cost.
         self._scale: dict[bool, tuple[float, float]] = {}
         self._counts: dict[str, tuple[float, float]] = {}  # key -> (accepted, trials)
         self._shadow: tuple[int, list[int], str] | None = None  # (position, tokens, key) of a skipped draft
