@@ -156,7 +156,7 @@ class IkLlamaCppRuntime(LlamaCppRuntime):
         self.interrupt_with(None)
 
     def interrupt_with(self, cancel) -> None:
-        if self._set_abort is None:  # a build whose stop can hang (library_stops_forwards): never part-way
+        if not self.stops_forwards:  # a build whose stop can hang (library_stops_forwards): never part-way
             self._interrupt = None
             return
         super().interrupt_with(cancel)

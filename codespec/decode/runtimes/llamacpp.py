@@ -198,7 +198,8 @@ class LlamaCppRuntime(Runtime):
         finally:
             _in_forward.cancel = None
         if self._interrupted():
-            # Stopped part-way (llama_decode returned 2), or cancelled just after: either way this forward's
+            # Stopped part-way (mainline's llama_decode returns 2; ik_llama.cpp's may return 0 with whatever the
+            # graph got to), or cancelled just after: either way this forward's
             # cells go, so the cache holds exactly `cached` and the next prompt is computed as if cold.
             self._seq_rm(seq, start, -1)
             raise ForwardInterrupted(f"forward over {n} tokens at {start} stopped: its request was cancelled")
