@@ -183,6 +183,7 @@ class CompletionManager:
         self.blocks = BlockPlanner()
         self._last_request: tuple[Any, tuple[int, int], tuple[Any, ...]] | None = None  # for idle-time work
         self._quiet = 0  # bumped by every request and edit: idle-time work starts only after a quiet spell
+        self._timers = 0  # prefetch and idle-time timers not fired yet (pending_work)
 
     # ----- context-room functions, imported once the first completion needs them -----------------
 
@@ -604,7 +605,7 @@ class CompletionManager:
         if self._closed or not options.cache or options.idle_delay_s is None:
             return
         quiet = self._quiet
-        asyncio.get_running_loop().call_later(options.idle_delay_s, self._idle_if_quiet, quiet)
+        self._later(options.idle_delay_s, self._idle_if_quiet, quiet)
 
     def _idle_if_quiet(self, quiet: int) -> None:
         if self._closed or quiet != self._quiet or self.blocks.running is not None or self._last_request is None:
@@ -649,8 +650,7 @@ class CompletionManager:
         generation.prefetched = True
         uri = generation.anchor.uri
         activity = self._activity.get(uri, 0)
-        loop = asyncio.get_running_loop()
-        loop.call_later(options.prefetch_delay_s, self._prefetch_if_idle, generation, uri, activity)
+        self._later(options.prefetch_delay_s, self._prefetch_if_idle, generation, uri, activity)
 
     def _prefetch_if_idle(self, generation: Generation, uri: str, activity: int) -> None:
         if self._closed or self._activity.get(uri, 0) != activity:
@@ -682,6 +682,23 @@ class CompletionManager:
             return
         anchor = Anchor(uri=a.uri, version=a.version, text=text, offset=offset, language_id=a.language_id)
         self._start_generation("prefetch", anchor, ctx, position, options, parent=parent)
+
+    def _later(self, delay_s: float, callback: Callable[..., None], *args: Any) -> None:
+        """A timer that may start background work (a prefetch, idle-time work), counted until it fires."""
+        self._timers += 1
+
+        def fire() -> None:
+            self._timers -= 1
+            callback(*args)
+
+        asyncio.get_running_loop().call_later(delay_s, fire)
+
+    def pending_work(self) -> int:
+        """What the worker will still do without another edit or request: generations queued or running,
+        idle-time work running, and timers that may start either. 0: the server stays idle until the client
+        acts (a benchmark waits for it before the next play, whose CPU it would otherwise share)."""
+        running = sum(not g.done for gens in self._generations.values() for g in gens)
+        return running + self._timers + (self.blocks.running is not None)
 
     # ----- lifecycle -------------------------------------------------------------------------------
 

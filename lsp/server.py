@@ -271,6 +271,8 @@ class CodespecServer(LanguageServer):
         report["positionEncoding"] = self.encoding
         # Handlers pygls holds a future for: requests in flight (a leak would show here first).
         report["handlersInFlight"] = self.protocol.requests_in_flight
+        # Work the server will do before the client acts again (generations, idle-time work, their timers).
+        report["pendingWork"] = self.manager.pending_work()
         # Objects kept out of the garbage collector's full passes since the load (_freeze_what_is_loaded).
         report["gcFrozenObjects"] = gc.get_freeze_count()
         return report

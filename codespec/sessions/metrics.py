@@ -339,6 +339,7 @@ def summarize(result: ReplayResult, label: str | None = None, pause_ms: float = 
         "max_send_lag_ms": round(result.max_send_lag_ms, 1),
         "first_error": next((r.error for r in records if r.outcome == "error"), None),
         "wall_s": round(result.wall_s, 3),
+        "settle_s": round(result.settle_s, 3),
     }
 
 
@@ -389,7 +390,8 @@ def format_table(summary: dict[str, Any]) -> str:
             "final text checked",
             f"{summary['documents_checked']} docs, {summary['documents_mismatched']} mismatched",
         ),
-        ("wall time / max send lag", f"{summary['wall_s']:.1f} s / {summary['max_send_lag_ms']:.0f} ms"),
+        ("wall time / max send lag / settling", f"{summary['wall_s']:.1f} s / {summary['max_send_lag_ms']:.0f} ms / "
+                                                 f"{summary.get('settle_s', 0.0):.1f} s"),
     ]
     width = max(len(name) for name, _ in rows)
     lines = [f"{name:<{width}}  {value}" for name, value in rows]

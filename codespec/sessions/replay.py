@@ -332,6 +332,8 @@ class ReplayResult:
     generations: list[dict[str, Any]] = field(default_factory=list)
     sessions: list[str] = field(default_factory=list)
     wall_s: float = 0.0
+    # Time spent after plays waiting for the server's own work to end (Replayer.settle), not part of wall_s.
+    settle_s: float = 0.0
     max_send_lag_ms: float = 0.0
     notifications: dict[str, int] = field(default_factory=dict)
 
@@ -476,9 +478,31 @@ class Replayer:
             await self.conn.drain()
         for uri in list(docs.open):  # a recorded session may end without didClose
             await self._finish_document(session, uri, docs)
+        await self.settle()
         stats = await self._optional("codespec/stats", {})
         self.result.session_stats.append(stats)
         self.result.server_stats = stats if stats is not None else self.result.server_stats
+
+    async def settle(self, poll_s: float = 0.05) -> float:
+        """Wait until the server says it has no work left (`pendingWork` 0 in codespec/stats): a prefetch or
+        idle-time prefill started by the play's last answers would otherwise run beside the next play, of
+        this server or of another held open on the same CPU, and slow it (measured: 20-30 s of a finished
+        server's idle-time prefill at half the CPU, experiments/replay-control/log.md). Servers without the
+        field are not waited for. Returns the seconds waited (also added to the result's settle_s)."""
+        started = time.perf_counter()
+        deadline = started + self.drain_timeout_s
+        while time.perf_counter() < deadline:
+            try:
+                stats = await self.conn.call("codespec/stats", {"recent": 0}, timeout=self.drain_timeout_s)
+            except TimeoutError:
+                break
+            pending = (stats.get("result") or {}).get("pendingWork") if isinstance(stats, dict) else None
+            if not isinstance(pending, int) or pending == 0:
+                break
+            await asyncio.sleep(poll_s)
+        waited = time.perf_counter() - started
+        self.result.settle_s += waited
+        return waited
 
     def _send_inline(
         self, session: Session, event, docs: DocumentSet, latest: dict[str, ReplayedRequest], category: str = ""
@@ -663,15 +687,17 @@ class ReplayServer:
             await warm_up(conn, self.init_timeout_s)
         self.replayer = Replayer(conn, self.result, speed=self.speed, probe_cancel=self.probe_cancel,
                                  drain_timeout_s=self.drain_timeout_s, on_record=self.on_record)  # fmt: skip
+        await self.replayer.settle()  # the warm-up's own idle-time work ends before any play
 
     async def play(self, play: Play | Session) -> None:
         if self.replayer is None:
             raise CodespecError("ReplayServer.play before start()")
         play = play if isinstance(play, Play) else Play(play)
         self.result.sessions.append(play.session.name)
-        started = time.perf_counter()
+        started, settled = time.perf_counter(), self.result.settle_s
         await self.replayer.play(play, self.speed)
-        self.result.wall_s += time.perf_counter() - started  # this server's plays only
+        # this server's plays only, without the wait for its own work to end after each
+        self.result.wall_s += time.perf_counter() - started - (self.result.settle_s - settled)
 
     async def __aenter__(self) -> ReplayServer:
         try:

@@ -4,6 +4,8 @@ idle-time work pre-empts it, and a file-switch storm keeps the pinned blocks and
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from lsp.blocks import MAX_PINNED
@@ -82,6 +84,27 @@ async def test_an_edit_makes_a_new_block_in_idle_time_and_a_request_preempts_the
         await wait_until(refreshed)
         idle = (await stats(client, recent=0))["prompt"]["idle"]
         assert idle["blocksPinned"] >= 2 and idle["failed"] == 0  # an unchanged block is pinned without work
+        close_opened(client)
+
+
+async def test_pending_work_counts_the_idle_time_work_until_its_block_is_pinned():
+    # A benchmark waits for pendingWork 0 before its next play: it must count the idle timer and the work
+    # it starts, and reach 0 only once the block is pinned (the work done, not just not started yet).
+    async with session(init_options={**OPTIONS, "idleDelay": 1.0, "stepDelay": 0.0}) as client:
+        text = FUNCTIONS + "def main():\n    "
+        open_doc(client, URI, text)
+        await bounded(inline(client, URI, text.count("\n"), 4))
+        assert (await stats(client, recent=0))["pendingWork"] >= 1  # the generation or the idle timer (1 s)
+        assert await pinned_for(client, URI) is None
+
+        async def no_work():
+            return (await stats(client, recent=0))["pendingWork"] == 0
+
+        await wait_until(no_work)
+        assert await pinned_for(client, URI) is not None
+        await asyncio.sleep(1.5)  # longer than the idle delay: nothing was left to start
+        report = await stats(client, recent=0)
+        assert report["pendingWork"] == 0 and report["prompt"]["idle"]["failed"] == 0
         close_opened(client)
 
 

@@ -21,6 +21,7 @@ def _get(params: Any, key: str) -> Any:
 def build_server(args: argparse.Namespace) -> LanguageServer:
     server = LanguageServer("fake-codespec", "0")
     counts = {"requests": 0, "answered": 0}
+    polls = {"settle": 0}  # stats polls since the last inline request (--work-after-play)
 
     def answer() -> types.InlineCompletionList:
         counts["answered"] += 1
@@ -37,6 +38,7 @@ def build_server(args: argparse.Namespace) -> LanguageServer:
         @server.thread()
         def inline_blocking(ls: LanguageServer, params: types.InlineCompletionParams):
             counts["requests"] += 1
+            polls["settle"] = 0
             time.sleep(args.delay)
             return answer()
 
@@ -45,6 +47,7 @@ def build_server(args: argparse.Namespace) -> LanguageServer:
         @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION)
         async def inline(ls: LanguageServer, params: types.InlineCompletionParams):
             counts["requests"] += 1
+            polls["settle"] = 0
             await asyncio.sleep(args.delay)
             return answer()
 
@@ -59,7 +62,13 @@ def build_server(args: argparse.Namespace) -> LanguageServer:
 
     @server.feature("codespec/stats")
     def stats(ls: LanguageServer, params: Any):
-        return dict(counts)
+        if args.work_after_play is None:
+            return dict(counts)
+        # Work left after each play that ends only after `work_after_play` polls (the replayer's settle);
+        # a new request starts the count again.
+        polls["settle"] += 1
+        left = max(0, args.work_after_play - polls["settle"])
+        return {**counts, "pendingWork": left, "settlePolls": polls["settle"]}
 
     return server
 
@@ -70,6 +79,8 @@ def main() -> None:
     parser.add_argument("--suggestion", default="pass")
     parser.add_argument("--ignore-cancel", action="store_true")
     parser.add_argument("--corrupt-text", action="store_true")
+    parser.add_argument("--work-after-play", type=int, default=None,
+                        help="report pendingWork until polled this many times after the last request")
     parser.add_argument("--no-extensions", action="store_true", help="no codespec/documentText or stats")
     args = parser.parse_args()
     build_server(args).start_io()

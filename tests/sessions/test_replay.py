@@ -92,6 +92,19 @@ async def test_a_server_without_the_extensions_is_replayed_without_the_checks(sm
     assert summary["items"] > 0
 
 
+async def test_each_play_ends_when_the_server_says_its_own_work_is_done(small_sessions):
+    # The server reports pendingWork until polled 5 times after its last request: each play (and the warm-up)
+    # waits for that, so no prefetch or idle-time work of one play runs beside the next one.
+    result, summary = await run(small_sessions[:2], "--work-after-play", "5", speed=40.0)
+    assert_sound(result, summary, small_sessions[:2])
+    assert summary["server_stats"]["pendingWork"] == 0 and summary["server_stats"]["settlePolls"] >= 5
+    assert all(s["pendingWork"] == 0 and s["settlePolls"] >= 5 for s in result.session_stats)
+    assert summary["settle_s"] >= 0.2  # 3 waits of 4 polls 50 ms apart at least
+    # A server without the field (or without codespec/stats) is not waited for.
+    _, plain = await run(small_sessions[:2], speed=40.0)
+    assert plain["settle_s"] < 0.5
+
+
 async def test_a_server_that_exits_is_an_error():
     from codespec.sessions.format import read_session
     from tests.sessions.conftest import DATA
