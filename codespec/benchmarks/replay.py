@@ -329,6 +329,7 @@ def markdown(report: dict[str, Any], meta: dict[str, Any]) -> str:
             f"| {num(p['chars_saved_per_keystroke'], 3)} | {pct(p.get('chars_saved_share'))} "
             f"({p.get('chars_saved', '-')} / {p.get('typed_chars', '-')}; {p.get('tab_presses', '-')}) |"
         )
+    lines += ghost_percentile_table(report["variants"])
     causes = sorted({c for s in report["variants"].values() for c in s["pauses"].get("causes", {})})
     lines += [
         "",
@@ -415,6 +416,29 @@ def markdown(report: dict[str, Any], meta: dict[str, Any]) -> str:
     for plot in meta.get("plots", []):
         lines += ["", f"![{Path(plot).stem}]({Path(plot).name})"]
     return "\n".join(lines) + "\n"
+
+
+def ghost_percentile_table(variants: dict[str, dict[str, Any]]) -> list[str]:
+    """Time to ghost text at each percentile of all pauses (never: not covered), then each variant minus plain."""
+    rows = {name: s["pauses"].get("time_to_ghost_all_ms") for name, s in variants.items()}
+    rows = {name: row for name, row in rows.items() if row}
+    if not rows:
+        return []
+    keys = list(next(iter(rows.values())))
+
+    def cell(v: float | None) -> str:
+        return "never" if v is None else f"{v:,.0f}"
+
+    lines = ["", "Time to ghost text at each percentile of all pauses, ms (never: no ghost text before the user "
+             "typed on), and each variant's difference from plain's at the same percentile (- where either is "
+             "never):", "", "| variant | " + " | ".join(keys) + " |", "|---|" + "---:|" * len(keys)]
+    lines += [f"| {name} | " + " | ".join(cell(row[k]) for k in keys) + " |" for name, row in rows.items()]
+    base = rows.get(BASELINE)
+    for name, row in rows.items():
+        if base is not None and name != BASELINE:
+            diffs = ["-" if row[k] is None or base[k] is None else f"{row[k] - base[k]:+,.0f}" for k in keys]
+            lines.append(f"| {name} - {BASELINE} | " + " | ".join(diffs) + " |")
+    return lines
 
 
 def ratio_table(ratios: dict[str, float | None]) -> str:

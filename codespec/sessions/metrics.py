@@ -7,6 +7,7 @@ codespec/sessions/replay.py."""
 from __future__ import annotations
 
 import json
+import math
 import shlex
 from collections import Counter
 from collections.abc import Sequence
@@ -204,6 +205,7 @@ def pause_summary(records: Sequence[ReplayedRequest], keystrokes: int, typed_cha
         "covered": len(covered),
         "coverage": len(covered) / len(pauses) if pauses else None,
         "time_to_ghost_ms": {"p50": percentile(waits, 50), "p90": percentile(waits, 90)},
+        "time_to_ghost_all_ms": ghost_percentiles(pauses),
         "accepted_at_pause": accepted,
         # over the pauses with an expect, covered or not: how often the user found the right text waiting
         "accepted_at_pause_rate": accepted / len(judged) if judged else None,
@@ -404,6 +406,22 @@ def format_table(summary: dict[str, Any]) -> str:
     elif stats is not None:
         lines.append(f"{'server stats':<{width}}  {json.dumps(stats)[:300]}")
     return "\n".join(lines)
+
+
+GHOST_PERCENTILES = (10, 25, 50, 75, 90, 95)
+
+
+def ghost_percentiles(pauses: Sequence[Pause]) -> dict[str, float | None]:
+    """Time to ghost text at each percentile of all pauses, a pause never covered counting as never (None):
+    one curve per variant that coverage and latency both move, compared percentile by percentile."""
+    waits = [p.time_to_ghost_ms if p.covered and p.time_to_ghost_ms is not None else math.inf for p in pauses]
+    out: dict[str, float | None] = {}
+    for q in GHOST_PERCENTILES:
+        # the nearest rank, not an interpolation: never (inf) next to a time is never, not a mean of the two
+        ordered = sorted(waits)
+        value = ordered[min(len(ordered) - 1, round((len(ordered) - 1) * q / 100))] if ordered else None
+        out[f"p{q}"] = None if value is None or math.isinf(value) else value
+    return out
 
 
 def pause_waits(result: ReplayResult, label: str | None = None,

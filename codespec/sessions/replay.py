@@ -242,8 +242,8 @@ class ReplayedRequest:
     server: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
+        # line_text stays: the pauses' typed-along rule reads it, so a records file can be summarized again.
         data = asdict(self)
-        data.pop("line_text")
         data.pop("probe_answered")
         return data
 

@@ -7,7 +7,14 @@ import json
 
 import pytest
 
-from codespec.benchmarks.replay import BASELINE, Variant, bench_replay_async, bench_report, run_interleaved
+from codespec.benchmarks.replay import (
+    BASELINE,
+    Variant,
+    bench_replay_async,
+    bench_report,
+    ghost_percentile_table,
+    run_interleaved,
+)
 from codespec.cli import main
 from codespec.sessions.files import text_writer, write_all
 from codespec.sessions.format import Session, make_header
@@ -71,6 +78,11 @@ async def test_the_report_takes_any_variant_and_gives_pause_ratios_to_plain():
     assert ratios["llama-server /infill/plain time to ghost text p50"] == pytest.approx(0.5)
     assert ratios["speculative/plain coverage"] == pytest.approx(1.0)
     assert ratios["speculative/plain typed next at pause"] is None  # no expect: nothing judged
+    # Every percentile of the pauses, side by side, and the difference from plain's (ms).
+    table = ghost_percentile_table(report["variants"])
+    assert "| plain | 400 | 400 | 400 | 400 | 400 | 400 |" in table
+    assert "| speculative | 100 | 100 | 100 | 100 | 100 | 100 |" in table
+    assert "| speculative - plain | -300 | -300 | -300 | -300 | -300 | -300 |" in table
 
 
 async def test_a_short_interleaved_run_through_two_servers(small_sessions):

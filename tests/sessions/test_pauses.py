@@ -159,3 +159,30 @@ def test_uncovered_pauses_are_broken_down_by_cause():
     summary = pause_summary([late, declined, pending], keystrokes=3)
     assert summary["causes"] == {"too-late": 1, "declined": 1, "pending-prefill": 1}
     assert summary["declined_reasons"] == {"text right of the cursor": 1}
+
+
+def test_time_to_ghost_text_at_each_percentile_of_all_pauses_counts_uncovered_pauses_as_never():
+    from codespec.sessions.metrics import Pause, ghost_percentiles
+
+    def pause(ms: float | None) -> Pause:
+        return Pause(record(1, "x", key=1.0), None if ms is None else "y", ms, None)
+
+    # 0 (typed-along text stayed), 100, 300 ms and one pause without ghost text: by nearest rank of four
+    got = ghost_percentiles([pause(300.0), pause(None), pause(0.0), pause(100.0)])
+    assert got == {"p10": 0.0, "p25": 100.0, "p50": 300.0, "p75": 300.0, "p90": None, "p95": None}
+    # better coverage moves the high percentiles from never to a time, as a faster answer moves the low ones
+    assert ghost_percentiles([pause(300.0), pause(400.0), pause(0.0), pause(100.0)])["p90"] == 400.0
+    assert ghost_percentiles([]) == dict.fromkeys(("p10", "p25", "p50", "p75", "p90", "p95"))
+
+
+def test_a_records_file_line_summarizes_again_as_the_run_did():
+    import dataclasses
+    import json
+
+    shown_before = record(1, "x = ", key=1.0, answer=1.1, shown="foo()", gap_ms=300, next_key=1.3)
+    slow = record(2, "x = f", key=1.3, answer=2.9, shown="oo()", gap_ms=1000, next_key=2.3, expect="oo()")
+    names = {f.name for f in dataclasses.fields(ReplayedRequest)}
+    back = [ReplayedRequest(**{k: v for k, v in json.loads(json.dumps(r.to_json())).items() if k in names})
+            for r in (shown_before, slow)]
+    assert [p.time_to_ghost_ms for p in screen_pauses(back)[0]] == [p.time_to_ghost_ms for p in
+                                                                     screen_pauses([shown_before, slow])[0]] == [0.0]
