@@ -30,7 +30,7 @@ from codespec.benchmarks.report import portable, read_markdown, with_markdown_se
 from codespec.errors import CodespecError
 from codespec.modes import SPECULATIVE_MODES
 from codespec.sessions.format import Session
-from codespec.sessions.metrics import PAUSE_MS, summarize
+from codespec.sessions.metrics import NEW_ANSWER_MS, PAUSE_MS, paired_pauses, summarize
 from codespec.sessions.replay import Play, ReplayResult, ReplayServer
 from lsp.options import PROMPT_LAYOUTS
 
@@ -231,9 +231,10 @@ def bench_report(variants: Sequence[Variant], pause_ms: float = PAUSE_MS) -> dic
     if base is not None:
         for v in variants:
             if v.name not in (BASELINE, ANCHOR):
-                summaries[v.name]["differs_from_plain"] = differing_suggestions(
-                    [r for r in base.result.records if r.label == BASELINE],
-                    [r for r in v.result.records if r.label == v.name])
+                mine = [r for r in v.result.records if r.label == v.name]
+                plains = [r for r in base.result.records if r.label == BASELINE]
+                summaries[v.name]["differs_from_plain"] = differing_suggestions(plains, mine)
+                summaries[v.name]["paired_with_plain"] = paired_pauses(plains, mine, pause_ms)
     return {
         "variants": summaries,
         "ratios": ratios(summaries),
@@ -330,6 +331,7 @@ def markdown(report: dict[str, Any], meta: dict[str, Any]) -> str:
             f"({p.get('chars_saved', '-')} / {p.get('typed_chars', '-')}; {p.get('tab_presses', '-')}) |"
         )
     lines += ghost_percentile_table(report["variants"])
+    lines += paired_table(report["variants"])
     causes = sorted({c for s in report["variants"].values() for c in s["pauses"].get("causes", {})})
     lines += [
         "",
@@ -438,6 +440,28 @@ def ghost_percentile_table(variants: dict[str, dict[str, Any]]) -> list[str]:
         if base is not None and name != BASELINE:
             diffs = ["-" if row[k] is None or base[k] is None else f"{row[k] - base[k]:+,.0f}" for k in keys]
             lines.append(f"| {name} - {BASELINE} | " + " | ".join(diffs) + " |")
+    return lines
+
+
+def paired_table(variants: dict[str, dict[str, Any]]) -> list[str]:
+    """Each variant against plain at the same pauses (metrics.paired_pauses)."""
+    rows = [(name, s["paired_with_plain"]) for name, s in variants.items() if s.get("paired_with_plain")]
+    if not rows:
+        return []
+
+    def ms(v: float | None) -> str:
+        return "-" if v is None else f"{v:+,.0f}"
+
+    lines = ["", f"The same pauses paired with plain's: covered by one of the two only, and where both showed a new "
+             f"answer (> {NEW_ANSWER_MS:.0f} ms: model work, not typed-along text) the difference in time to ghost "
+             "text, variant - plain:", "",
+             "| variant | pauses in both | covered by it only / by plain only | both new answers | it faster / "
+             "slower | difference p10 / p50 / p90 / mean ms |", "|---|---:|---:|---:|---:|---:|"]
+    for name, p in rows:
+        d = p["diff_ms"]
+        lines.append(f"| {name} | {p['pauses']} | {p['covered_only_other']} / {p['covered_only_base']} "
+                     f"| {p['both_new']} | {p['other_faster']} / {p['other_slower']} "
+                     f"| {' / '.join(ms(d[q]) for q in ('p10', 'p50', 'p90', 'mean'))} |")
     return lines
 
 

@@ -480,8 +480,28 @@ class LlamaVimReplay:
             await state.run()
         finally:
             self.result.wall_s += time.perf_counter() - started
+            await self._settle()
             self.stats.evicted_chunks += state.ring.evicted
             self.result.server_stats = self.stats.to_json()
+
+    async def _settle(self, poll_s: float = 0.05) -> None:
+        """Wait until llama-server's slots are idle (GET /slots): a request the play left (a FIM it stopped
+        waiting for, a ring-buffer update) may still compute there and share the CPU with the next play, as the
+        LSP servers' leftover work would (Replayer.settle). A server without /slots is not waited for."""
+        import httpx
+
+        started = time.perf_counter()
+        deadline = started + self.drain_timeout_s
+        while self.client is not None and time.perf_counter() < deadline:
+            try:
+                response = await self.client.get("/slots")
+                slots = response.json() if response.status_code == 200 else None
+            except (httpx.HTTPError, ValueError):
+                slots = None
+            if not isinstance(slots, list) or not any(isinstance(x, dict) and x.get("is_processing") for x in slots):
+                break
+            await asyncio.sleep(poll_s)
+        self.result.settle_s += time.perf_counter() - started
 
 
 class _Play:

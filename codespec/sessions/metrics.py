@@ -414,14 +414,46 @@ GHOST_PERCENTILES = (10, 25, 50, 75, 90, 95)
 def ghost_percentiles(pauses: Sequence[Pause]) -> dict[str, float | None]:
     """Time to ghost text at each percentile of all pauses, a pause never covered counting as never (None):
     one curve per variant that coverage and latency both move, compared percentile by percentile."""
-    waits = [p.time_to_ghost_ms if p.covered and p.time_to_ghost_ms is not None else math.inf for p in pauses]
+    ordered = sorted(p.time_to_ghost_ms if p.covered and p.time_to_ghost_ms is not None else math.inf for p in pauses)
     out: dict[str, float | None] = {}
     for q in GHOST_PERCENTILES:
         # the nearest rank, not an interpolation: never (inf) next to a time is never, not a mean of the two
-        ordered = sorted(waits)
         value = ordered[min(len(ordered) - 1, round((len(ordered) - 1) * q / 100))] if ordered else None
         out[f"p{q}"] = None if value is None or math.isinf(value) else value
     return out
+
+
+NEW_ANSWER_MS = 20.0  # a pause's ghost text later than this came from model work (typed-along, cache: 0-5 ms)
+
+
+def paired_pauses(base: Sequence[ReplayedRequest], other: Sequence[ReplayedRequest],
+                  pause_ms: float = PAUSE_MS) -> dict[str, Any]:  # fmt: skip
+    """The same pauses (session, time) in two variants' plays, compared one by one: the unpaired percentiles
+    mix which pauses each covered and how (a typed-along 0 ms or a new answer); paired, the difference is the
+    variants' own. Returns the pauses in both, those covered by one only, and over the pauses both answered
+    with new model work (> NEW_ANSWER_MS): how many `other` was faster / slower on and other - base in ms."""
+
+    def by_pause(records: Sequence[ReplayedRequest]) -> dict[tuple[str, float], Pause]:
+        plays: dict[int, list[ReplayedRequest]] = {}
+        for record in records:
+            plays.setdefault(record.play, []).append(record)
+        return {(p.record.session, p.record.t): p for recs in plays.values() for p in screen_pauses(recs, pause_ms)[0]}
+
+    a, b = by_pause(base), by_pause(other)
+    keys = [k for k in a if k in b]
+    new = [(a[k].time_to_ghost_ms, b[k].time_to_ghost_ms) for k in keys if a[k].covered and b[k].covered
+           and a[k].time_to_ghost_ms > NEW_ANSWER_MS and b[k].time_to_ghost_ms > NEW_ANSWER_MS]  # fmt: skip
+    diffs = [y - x for x, y in new]
+    return {
+        "pauses": len(keys),
+        "covered_only_base": sum(a[k].covered and not b[k].covered for k in keys),
+        "covered_only_other": sum(b[k].covered and not a[k].covered for k in keys),
+        "both_new": len(new),
+        "other_faster": sum(d < 0 for d in diffs),
+        "other_slower": sum(d > 0 for d in diffs),
+        "diff_ms": {"p10": percentile(diffs, 10), "p50": percentile(diffs, 50), "p90": percentile(diffs, 90),
+                    "mean": sum(diffs) / len(diffs) if diffs else None},
+    }
 
 
 def pause_waits(result: ReplayResult, label: str | None = None,

@@ -13,6 +13,7 @@ from codespec.benchmarks.replay import (
     bench_replay_async,
     bench_report,
     ghost_percentile_table,
+    paired_table,
     run_interleaved,
 )
 from codespec.cli import main
@@ -83,6 +84,11 @@ async def test_the_report_takes_any_variant_and_gives_pause_ratios_to_plain():
     assert "| plain | 400 | 400 | 400 | 400 | 400 | 400 |" in table
     assert "| speculative | 100 | 100 | 100 | 100 | 100 | 100 |" in table
     assert "| speculative - plain | -300 | -300 | -300 | -300 | -300 | -300 |" in table
+    # The same pause paired: both new answers (> 20 ms), speculation 300 ms sooner.
+    paired = report["variants"]["speculative"]["paired_with_plain"]
+    assert (paired["pauses"], paired["both_new"], paired["other_faster"], paired["other_slower"]) == (1, 1, 1, 0)
+    assert paired["diff_ms"]["p50"] == pytest.approx(-300.0)
+    assert "| speculative | 1 | 0 / 0 | 1 | 1 / 0 | -300 / -300 / -300 / -300 |" in paired_table(report["variants"])
 
 
 async def test_a_short_interleaved_run_through_two_servers(small_sessions):

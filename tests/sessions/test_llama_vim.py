@@ -50,6 +50,7 @@ class FakeLlamaServer:
         self.answer, self.delay = answer, delay
         self.bodies: list[dict[str, Any]] = []
         self.active = self.most_active = 0
+        self.busy_polls, self.slot_polls = 0, 0  # /slots says busy for busy_polls polls after the last /infill
         self.lock = threading.Lock()
         owner = self
 
@@ -68,11 +69,22 @@ class FakeLlamaServer:
                 self.wfile.write(payload)
 
             def do_GET(self) -> None:
+                if self.path == "/slots":  # busy for `busy_polls` polls after each /infill (the play's settle)
+                    with owner.lock:
+                        owner.slot_polls += 1
+                        busy = owner.active > 0 or owner.slot_polls <= owner.busy_polls
+                    payload = json.dumps([{"id": 0, "is_processing": busy}]).encode()
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                    return
                 self._send(200 if self.path == "/health" else 404, {"status": "ok"})
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with owner.lock:
+                    owner.slot_polls = 0
                     owner.bodies.append(body)
                     owner.active += 1
                     owner.most_active = max(owner.most_active, owner.active)
@@ -232,9 +244,11 @@ async def test_records_give_the_pause_figures_and_the_bench_column():
     of the line, which is what the user typed next."""
     session = typed_session([0.2, 0.2, 0.2, 1.5, 0.2])
     with FakeLlamaServer(rest_of_target) as server:
+        server.busy_polls = 4  # work left in llama-server after the play: the play ends only once it is done
         result = ReplayResult(server=["fake"], speed=None)
         async with LlamaVimReplay(server.url, result, speed=None) as replay:
             await replay.play(session)
+            assert server.slot_polls >= 5 and result.settle_s >= 0.15  # 4 busy polls 50 ms apart, then idle
         assert server.fims()[0]["prompt"] == "    r" and server.fims()[0]["n_indent"] == 4
         assert all(b["cache_prompt"] and b["id_slot"] == 0 for b in server.bodies)
     summary = summarize(result, "llama-vim")

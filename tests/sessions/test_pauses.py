@@ -186,3 +186,22 @@ def test_a_records_file_line_summarizes_again_as_the_run_did():
             for r in (shown_before, slow)]
     assert [p.time_to_ghost_ms for p in screen_pauses(back)[0]] == [p.time_to_ghost_ms for p in
                                                                      screen_pauses([shown_before, slow])[0]] == [0.0]
+
+
+def test_paired_pauses_compare_the_same_pauses_one_by_one():
+    from codespec.sessions.metrics import paired_pauses
+
+    def play(answers: list[float | None]) -> list[ReplayedRequest]:
+        made = []
+        for i, (text, after) in enumerate(zip(("a = ", "b = ", "c = "), answers, strict=True)):
+            key = float(i + 1)
+            shown = None if after is None else "x"
+            made.append(record(i + 1, text, key=key, answer=key + (after if after is not None else 0.1), shown=shown,
+                               gap_ms=800, next_key=key + 0.8))
+        return made
+
+    got = paired_pauses(play([0.3, 0.1, None]), play([0.1, 0.2, 0.15]))
+    assert (got["pauses"], got["covered_only_base"], got["covered_only_other"]) == (3, 0, 1)
+    assert (got["both_new"], got["other_faster"], got["other_slower"]) == (2, 1, 1)
+    d = got["diff_ms"]  # -200 and +100 ms
+    assert (round(d["p10"]), round(d["p50"]), round(d["p90"]), round(d["mean"])) == (-170, -50, 70, -50)
