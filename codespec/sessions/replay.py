@@ -687,7 +687,8 @@ class ReplayServer:
             await warm_up(conn, self.init_timeout_s)
         self.replayer = Replayer(conn, self.result, speed=self.speed, probe_cancel=self.probe_cancel,
                                  drain_timeout_s=self.drain_timeout_s, on_record=self.on_record)  # fmt: skip
-        await self.replayer.settle()  # the warm-up's own idle-time work ends before any play
+        if self.warmup:  # the warm-up's own idle-time work ends before any play
+            await self.replayer.settle()
 
     async def play(self, play: Play | Session) -> None:
         if self.replayer is None:
