@@ -423,6 +423,14 @@ def ghost_percentiles(pauses: Sequence[Pause]) -> dict[str, float | None]:
     return out
 
 
+def play_pauses(records: Sequence[ReplayedRequest], pause_ms: float = PAUSE_MS) -> list[Pause]:
+    """The pauses of records from any number of plays, each play's screen followed on its own."""
+    by_play: dict[int, list[ReplayedRequest]] = {}
+    for record in records:
+        by_play.setdefault(record.play, []).append(record)
+    return [p for play_records in by_play.values() for p in screen_pauses(play_records, pause_ms)[0]]
+
+
 NEW_ANSWER_MS = 20.0  # a pause's ghost text later than this came from model work (typed-along, cache: 0-5 ms)
 
 
@@ -434,10 +442,7 @@ def paired_pauses(base: Sequence[ReplayedRequest], other: Sequence[ReplayedReque
     with new model work (> NEW_ANSWER_MS): how many `other` was faster / slower on and other - base in ms."""
 
     def by_pause(records: Sequence[ReplayedRequest]) -> dict[tuple[str, float], Pause]:
-        plays: dict[int, list[ReplayedRequest]] = {}
-        for record in records:
-            plays.setdefault(record.play, []).append(record)
-        return {(p.record.session, p.record.t): p for recs in plays.values() for p in screen_pauses(recs, pause_ms)[0]}
+        return {(p.record.session, p.record.t): p for p in play_pauses(records, pause_ms)}
 
     a, b = by_pause(base), by_pause(other)
     keys = [k for k in a if k in b]
@@ -459,11 +464,7 @@ def paired_pauses(base: Sequence[ReplayedRequest], other: Sequence[ReplayedReque
 def pause_waits(result: ReplayResult, label: str | None = None,
                 pause_ms: float = PAUSE_MS) -> tuple[list[float], int]:  # fmt: skip
     """(time to ghost text of the covered pauses in ms, the number of pauses) of a replay's plays."""
-    by_play: dict[int, list[ReplayedRequest]] = {}
-    for record in result.records:
-        if label is None or record.label == label:
-            by_play.setdefault(record.play, []).append(record)
-    pauses = [p for records in by_play.values() for p in screen_pauses(records, pause_ms)[0]]
+    pauses = play_pauses([r for r in result.records if label is None or r.label == label], pause_ms)
     return [p.time_to_ghost_ms for p in pauses if p.time_to_ghost_ms is not None], len(pauses)
 
 
